@@ -1,1 +1,156 @@
-fn main() {}
+//! gpuctl: keep a laptop's discrete GPU asleep.
+//!
+//! One binary: `gpuctl daemon` runs the daemon; every other subcommand is a
+//! thin client of its socket (and `list` also works without it).
+
+mod bpf;
+mod cli;
+mod client;
+mod daemon;
+mod gpu;
+mod policy;
+mod procs;
+mod proto;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit statuses scripts can rely on (README, "Exit codes").
+pub mod exit {
+    pub const OK: u8 = 0;
+    /// Something failed (the message says what).
+    pub const ERROR: u8 = 1;
+    /// Bad usage: unknown command, option, mode or GPU.
+    pub const USAGE: u8 = 2;
+    /// The daemon is not running.
+    pub const NOT_RUNNING: u8 = 3;
+    /// The rules refused the change (the message says why).
+    pub const REFUSED: u8 = 4;
+    /// The caller may not change the mode.
+    pub const DENIED: u8 = 5;
+}
+
+#[derive(Parser)]
+#[command(
+    name = "gpuctl",
+    version,
+    about = "Keep a laptop's discrete GPU asleep: per-device, per-process GPU access control with eBPF",
+    after_help = "Exit codes: 0 ok, 1 error, 2 bad usage, 3 daemon not running, 4 refused, 5 permission denied."
+)]
+pub struct Cli {
+    /// The daemon's socket.
+    #[arg(
+        long,
+        global = true,
+        env = "GPUCTL_SOCKET",
+        default_value = "/run/gpuctl/gpuctl.sock"
+    )]
+    socket: PathBuf,
+    /// Where sysfs is (tests point this at a fixture tree).
+    #[arg(long, global = true, env = "GPUCTL_SYSFS_ROOT", default_value = "/sys")]
+    sysfs_root: PathBuf,
+    /// Where procfs is.
+    #[arg(
+        long,
+        global = true,
+        env = "GPUCTL_PROCFS_ROOT",
+        default_value = "/proc"
+    )]
+    procfs_root: PathBuf,
+    /// The daemon's state directory (state.json).
+    #[arg(
+        long,
+        global = true,
+        env = "GPUCTL_STATE_DIR",
+        default_value = "/var/lib/gpuctl"
+    )]
+    state_dir: PathBuf,
+    /// The config file (TOML).
+    #[arg(
+        long,
+        global = true,
+        env = "GPUCTL_CONFIG",
+        default_value = "/etc/gpuctl/gpuctl.toml"
+    )]
+    config: PathBuf,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the daemon (as root, usually under systemd).
+    Daemon {
+        /// How to block: lsm (not yet in this build), cgroup, or auto.
+        #[arg(long, value_enum, default_value = "auto")]
+        backend: daemon::BackendChoice,
+        /// The cgroup-v2 directory to attach to (default: the cgroup-v2 root).
+        #[arg(long)]
+        cgroup: Option<PathBuf>,
+        /// Print libbpf's debug messages (the verifier log on failure).
+        #[arg(long)]
+        verbose: bool,
+    },
+    /// List the GPUs (works without the daemon).
+    List {
+        /// One JSON object for scripts (schema in the README).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the current mode.
+    Get {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Switch mode: hybrid, integrated or manual.
+    Set {
+        /// hybrid | integrated | manual
+        mode: String,
+        /// Also block GPUs that drive a connected display.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Block one GPU (switches to manual mode).
+    Block {
+        /// GPU id (`1`) or PCI address (`0000:01:00.0`, `01:00.0`).
+        gpu: String,
+        /// Block it even if it drives a connected display.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Unblock one GPU (switches to manual mode).
+    Unblock {
+        /// GPU id or PCI address.
+        gpu: String,
+    },
+    /// Show the daemon, backend, mode, and per-GPU state with denied-open counts.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// List processes holding a GPU open (they keep it awake).
+    Who {
+        /// GPU id or PCI address (default: every GPU).
+        gpu: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    ExitCode::from(cli::run(cli))
+}

@@ -1,0 +1,199 @@
+//! Client commands: parse, send one request, print (a table for people,
+//! `--json` for scripts). Each returns the process exit status.
+
+mod table;
+
+use serde_json::{json, Value};
+
+use crate::client::{self, ClientError};
+use crate::exit;
+use crate::gpu::{self, Roots};
+use crate::proto::{Code, Request, Response};
+use crate::{daemon, Cli, Cmd};
+
+pub fn run(cli: Cli) -> u8 {
+    let roots = Roots {
+        sysfs: cli.sysfs_root.clone(),
+        procfs: cli.procfs_root.clone(),
+    };
+    match cli.cmd {
+        Cmd::Daemon {
+            backend,
+            cgroup,
+            verbose,
+        } => {
+            let opts = daemon::Options {
+                roots,
+                socket: cli.socket,
+                state_dir: cli.state_dir,
+                config: cli.config,
+                backend,
+                cgroup,
+                verbose,
+            };
+            match daemon::run(opts) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("gpuctl: error: {e:#}");
+                    exit::ERROR
+                }
+            }
+        }
+        Cmd::List { json } => list(&cli.socket, &roots, json),
+        Cmd::Get { json } => call(&cli.socket, &Request::Get {}, json, |d| {
+            format!("{}{}", d["mode"].as_str().unwrap_or("?"), note(d))
+        }),
+        Cmd::Set { mode, force } => call(&cli.socket, &Request::Set { mode, force }, false, |d| {
+            format!("mode {}; {}", d["mode"].as_str().unwrap_or("?"), blocked(d))
+        }),
+        Cmd::Block { gpu, force } => {
+            call(&cli.socket, &Request::Block { gpu, force }, false, |d| {
+                format!("mode manual; {}", blocked(d))
+            })
+        }
+        Cmd::Unblock { gpu } => call(&cli.socket, &Request::Unblock { gpu }, false, |d| {
+            format!("mode manual; {}", blocked(d))
+        }),
+        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, table::status),
+        Cmd::Who { gpu, json } => who(&cli.socket, &roots, gpu, json),
+    }
+}
+
+fn note(d: &Value) -> String {
+    match d["note"].as_str() {
+        Some(n) => format!(" (not fully in force: {n})"),
+        None => String::new(),
+    }
+}
+
+fn blocked(d: &Value) -> String {
+    let ids: Vec<String> = d["blocked"]
+        .as_array()
+        .map(|a| a.iter().map(|v| format!("GPU {v}")).collect())
+        .unwrap_or_default();
+    if ids.is_empty() {
+        "nothing blocked".to_string()
+    } else {
+        format!("blocked: {}", ids.join(", "))
+    }
+}
+
+/// Exit status for an error response.
+fn exit_for(code: Code) -> u8 {
+    match code {
+        Code::BadRequest | Code::UnknownGpu | Code::UnsupportedVersion => exit::USAGE,
+        Code::Refused => exit::REFUSED,
+        Code::PermissionDenied => exit::DENIED,
+        Code::TooLarge | Code::Timeout | Code::Internal | Code::Busy => exit::ERROR,
+    }
+}
+
+fn print_json(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+/// Prints an error response and returns its exit status.
+fn report(resp: &Response) -> u8 {
+    match &resp.error {
+        Some(e) => {
+            eprintln!("gpuctl: {}", e.message);
+            exit_for(e.code)
+        }
+        None => {
+            eprintln!("gpuctl: the daemon answered with an error and no reason");
+            exit::ERROR
+        }
+    }
+}
+
+fn client_error(e: &ClientError) -> u8 {
+    eprintln!("gpuctl: {e}");
+    match e {
+        ClientError::NotRunning(_) => exit::NOT_RUNNING,
+        ClientError::Io(_) => exit::ERROR,
+    }
+}
+
+/// Sends `req` and prints the answer with `human`, or as JSON.
+fn call(
+    socket: &std::path::Path,
+    req: &Request,
+    as_json: bool,
+    human: impl Fn(&Value) -> String,
+) -> u8 {
+    match client::request(socket, req) {
+        Ok(resp) if resp.ok => {
+            let data = resp.data.unwrap_or(Value::Null);
+            if as_json {
+                print_json(&data);
+            } else {
+                println!("{}", human(&data));
+            }
+            exit::OK
+        }
+        Ok(resp) => report(&resp),
+        Err(e) => client_error(&e),
+    }
+}
+
+fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
+    let data = match client::request(socket, &Request::List {}) {
+        Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
+        Ok(resp) => return report(&resp),
+        Err(ClientError::NotRunning(_)) => match gpu::discover(roots) {
+            // No daemon: the hardware facts alone; mode, backend and
+            // blocked are unknown (null).
+            Ok(inv) => json!({"schema": 1, "mode": null, "backend": null, "gpus": inv.gpus}),
+            Err(e) => {
+                eprintln!("gpuctl: {e:#}");
+                return exit::ERROR;
+            }
+        },
+        Err(e) => return client_error(&e),
+    };
+    if as_json {
+        print_json(&data);
+    } else {
+        print!("{}", table::list(&data));
+    }
+    exit::OK
+}
+
+fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bool) -> u8 {
+    let data = match client::request(socket, &Request::Who { gpu: gpu.clone() }) {
+        Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
+        Ok(resp) => return report(&resp),
+        Err(ClientError::NotRunning(_)) => {
+            // Without the daemon, look ourselves (an unprivileged user sees
+            // only their own processes).
+            let inv = match gpu::discover(roots) {
+                Ok(i) => i,
+                Err(e) => {
+                    eprintln!("gpuctl: {e:#}");
+                    return exit::ERROR;
+                }
+            };
+            let only = match gpu.as_deref().map(|a| inv.find(a)) {
+                Some(Ok(g)) => Some(g.id),
+                Some(Err(e)) => {
+                    eprintln!("gpuctl: {e}");
+                    return exit::USAGE;
+                }
+                None => None,
+            };
+            let mut owners = gpu::node_owners(&inv);
+            owners.retain(|_, id| only.is_none_or(|o| o == *id));
+            json!({ "holders": crate::procs::holders(&roots.procfs, &owners) })
+        }
+        Err(e) => return client_error(&e),
+    };
+    if as_json {
+        print_json(&data);
+    } else {
+        print!("{}", table::who(&data));
+    }
+    exit::OK
+}

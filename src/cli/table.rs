@@ -1,0 +1,234 @@
+//! Aligned tables for people. Input is the same JSON scripts get, so the
+//! table can never show something the JSON does not say.
+
+use serde_json::Value;
+
+/// Left-aligned columns, two spaces apart, no trailing blanks.
+pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(c);
+            } else {
+                s.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(x) => x.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn power(g: &Value) -> String {
+    match (g["power_state"].as_str(), g["runtime_status"].as_str()) {
+        (Some(p), Some(r)) => format!("{p} ({r})"),
+        (Some(p), None) => p.to_string(),
+        (None, Some(r)) => r.to_string(),
+        (None, None) => "-".to_string(),
+    }
+}
+
+fn role(g: &Value) -> String {
+    let mut r = if g["default"] == true {
+        "default"
+    } else {
+        "offload"
+    }
+    .to_string();
+    match g["discrete"].as_bool() {
+        Some(true) => r.push_str(", discrete"),
+        Some(false) => r.push_str(", integrated"),
+        None => {}
+    }
+    r
+}
+
+fn nodes(g: &Value) -> String {
+    let mut n: Vec<String> = ["card", "render"]
+        .iter()
+        .filter_map(|k| g[*k].as_str().map(str::to_string))
+        .collect();
+    if let Some(m) = g["nvidia_minor"].as_u64() {
+        n.push(format!("nvidia{m}"));
+    }
+    if n.is_empty() {
+        "-".to_string()
+    } else {
+        n.join(" ")
+    }
+}
+
+fn displays(g: &Value) -> String {
+    let d: Vec<String> = g["displays"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["status"] == "connected")
+        .filter_map(|d| d["connector"].as_str().map(str::to_string))
+        .collect();
+    if d.is_empty() {
+        "-".to_string()
+    } else {
+        d.join(",")
+    }
+}
+
+fn blocked(v: &Value) -> String {
+    match v.as_bool() {
+        Some(true) => "yes".to_string(),
+        Some(false) => "no".to_string(),
+        None => "-".to_string(),
+    }
+}
+
+/// `gpuctl list`.
+pub fn list(data: &Value) -> String {
+    let gpus = data["gpus"].as_array().cloned().unwrap_or_default();
+    let mut out = match data["mode"].as_str() {
+        Some(m) => format!("mode: {m} (backend: {})\n", s(&data["backend"])),
+        None => "mode: unknown (the daemon is not running)\n".to_string(),
+    };
+    if gpus.is_empty() {
+        out.push_str("No GPU found.\n");
+        return out;
+    }
+    let rows: Vec<Vec<String>> = gpus
+        .iter()
+        .map(|g| {
+            vec![
+                s(&g["id"]),
+                s(&g["pci"]),
+                format!("{} {}", s(&g["vendor"]), s(&g["name"])),
+                s(&g["driver"]),
+                nodes(g),
+                role(g),
+                displays(g),
+                power(g),
+                blocked(&g["blocked"]),
+            ]
+        })
+        .collect();
+    out.push_str(&render(
+        &[
+            "ID", "PCI", "NAME", "DRIVER", "NODES", "ROLE", "DISPLAYS", "POWER", "BLOCKED",
+        ],
+        &rows,
+    ));
+    out
+}
+
+/// `gpuctl status`.
+pub fn status(d: &Value) -> String {
+    let mut out = format!(
+        "daemon:   pid {}, version {}, up {} s\nbackend:  {} (attached to {}: {})\n          {}\nmode:     {}{}\n",
+        s(&d["daemon"]["pid"]),
+        s(&d["daemon"]["version"]),
+        s(&d["daemon"]["uptime_s"]),
+        s(&d["backend"]),
+        s(&d["cgroup"]),
+        if d["attached"] == true { "programs attached" } else { "nothing attached" },
+        s(&d["backend_limits"]),
+        s(&d["mode"]),
+        if d["force"] == true { " (--force)" } else { "" },
+    );
+    if let Some(n) = d["note"].as_str() {
+        out.push_str(&format!("note:     {n}\n"));
+    }
+    let rows: Vec<Vec<String>> = d["gpus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|g| {
+            vec![
+                s(&g["id"]),
+                s(&g["pci"]),
+                s(&g["name"]),
+                if g["default"] == true {
+                    "default"
+                } else {
+                    "offload"
+                }
+                .to_string(),
+                blocked(&g["blocked"]),
+                power(g),
+                s(&g["denied_opens"]),
+            ]
+        })
+        .collect();
+    out.push_str(&render(
+        &[
+            "ID",
+            "PCI",
+            "NAME",
+            "ROLE",
+            "BLOCKED",
+            "POWER",
+            "DENIED OPENS",
+        ],
+        &rows,
+    ));
+    out.trim_end().to_string()
+}
+
+/// `gpuctl who`.
+pub fn who(d: &Value) -> String {
+    let holders = d["holders"].as_array().cloned().unwrap_or_default();
+    if holders.is_empty() {
+        return "No process holds a GPU open.\n".to_string();
+    }
+    let rows: Vec<Vec<String>> = holders
+        .iter()
+        .map(|h| {
+            vec![
+                s(&h["gpu"]),
+                s(&h["pid"]),
+                s(&h["comm"]),
+                s(&h["path"]),
+                s(&h["node"]),
+            ]
+        })
+        .collect();
+    render(&["GPU", "PID", "COMMAND", "PATH", "NODE"], &rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_columns() {
+        let t = render(
+            &["ID", "NAME"],
+            &[
+                vec!["0".into(), "a".into()],
+                vec!["10".into(), "bbb".into()],
+            ],
+        );
+        assert_eq!(t, "ID  NAME\n0   a\n10  bbb\n");
+    }
+
+    #[test]
+    fn empty_list_says_so() {
+        let t = list(&serde_json::json!({"schema":1,"mode":null,"backend":null,"gpus":[]}));
+        assert!(t.contains("No GPU found."));
+        assert!(t.contains("daemon is not running"));
+    }
+}

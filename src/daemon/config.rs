@@ -1,0 +1,92 @@
+//! `/etc/gpuctl/gpuctl.toml`: admin-edited settings. A missing file means
+//! defaults; a corrupt one is reported, copied aside as `*.bad` (the admin's
+//! file itself is left for them to fix) and replaced by defaults.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::bpf::LogLevel;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Members of this group may change the mode (root always may).
+    pub group: String,
+    /// What the BPF programs log (`off`, `deny`, `debug`); fixed at load.
+    pub bpf_log: LogLevel,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            group: "gpuctl".to_string(),
+            bpf_log: LogLevel::Off,
+        }
+    }
+}
+
+/// Reads the config; returns it and, when the file was unusable, the log
+/// line that says so.
+pub fn load(path: &Path) -> (Config, Option<String>) {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Config::default(), None),
+        Err(e) => {
+            return (
+                Config::default(),
+                Some(format!(
+                    "cannot read config {}: {e}; using defaults",
+                    path.display()
+                )),
+            )
+        }
+    };
+    match toml::from_str::<Config>(&text) {
+        Ok(c) => (c, None),
+        Err(e) => {
+            let bad = super::state::bad_path(path);
+            let kept = match std::fs::write(&bad, &text) {
+                Ok(()) => format!("a copy is at {}", bad.display()),
+                Err(we) => format!("could not copy it to {}: {we}", bad.display()),
+            };
+            let msg = format!(
+                "config {} is invalid ({}); using defaults; {kept}",
+                path.display(),
+                e.message().trim()
+            );
+            (Config::default(), Some(msg))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let c: Config = toml::from_str("group = \"video\"\nbpf_log = \"debug\"\n").unwrap();
+        assert_eq!(c.group, "video");
+        assert_eq!(c.bpf_log, LogLevel::Debug);
+        assert_eq!(toml::from_str::<Config>("").unwrap(), Config::default());
+        assert!(toml::from_str::<Config>("grop = \"x\"").is_err());
+        assert!(toml::from_str::<Config>("bpf_log = \"loud\"").is_err());
+    }
+
+    #[test]
+    fn corrupt_file_falls_back_and_is_copied() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("gpuctl.toml");
+        std::fs::write(&p, "group = [").unwrap();
+        let (c, warn) = load(&p);
+        assert_eq!(c, Config::default());
+        assert!(warn.unwrap().contains("invalid"));
+        assert!(dir.join("gpuctl.toml.bad").exists());
+        assert!(p.exists(), "the admin's file is left in place");
+        let (_, warn) = load(&dir.join("missing.toml"));
+        assert!(warn.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

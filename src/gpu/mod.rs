@@ -1,0 +1,312 @@
+//! GPU discovery: a pure read of a sysfs root and a procfs root.
+//!
+//! Discovery follows the real kernel layout (the `bus/pci/devices` symlinks,
+//! `class/drm`, `driver` links), so a fixture tree that copies a real machine
+//! is read exactly like the machine itself. It never opens a device node and
+//! never reads PCI `config`: either would wake the GPU gpuctl protects.
+
+mod drm;
+mod names;
+mod nvidia;
+mod pci;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+pub use pci::PciAddr;
+
+/// A character device number as userspace writes it (`226:1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevNum {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DevNum {
+    pub const fn new(major: u32, minor: u32) -> Self {
+        DevNum { major, minor }
+    }
+}
+
+impl fmt::Display for DevNum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl FromStr for DevNum {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let s = s.trim();
+        let (maj, min) = s
+            .split_once(':')
+            .with_context(|| format!("device number {s:?} is not MAJOR:MINOR"))?;
+        Ok(DevNum {
+            major: maj.parse().with_context(|| format!("bad major in {s:?}"))?,
+            minor: min.parse().with_context(|| format!("bad minor in {s:?}"))?,
+        })
+    }
+}
+
+impl Serialize for DevNum {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DevNum {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// The major number of the NVIDIA proprietary driver's nodes.
+pub const NVIDIA_MAJOR: u32 = 195;
+/// `/dev/nvidiactl`, shared by every NVIDIA GPU.
+pub const NVIDIACTL: DevNum = DevNum::new(NVIDIA_MAJOR, 255);
+
+/// A DRM connector of a GPU and whether something is plugged into it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Display {
+    /// Connector name without the card prefix: `eDP-1`, `HDMI-A-1`.
+    pub connector: String,
+    /// `connected`, `disconnected` or `unknown`, as the kernel reports it.
+    pub status: String,
+}
+
+impl Display {
+    pub fn connected(&self) -> bool {
+        self.status == "connected"
+    }
+    /// Internal panels: the display a laptop's default GPU drives.
+    pub fn internal(&self) -> bool {
+        ["eDP", "LVDS", "DSI"]
+            .iter()
+            .any(|p| self.connector.starts_with(p))
+    }
+}
+
+/// One GPU, with every fact of the `list --json` contract (DESIGN §5).
+/// A fact that could not be read is `None` (`null`), never invented.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    pub id: u32,
+    pub pci: PciAddr,
+    pub vendor_id: String,
+    pub device_id: String,
+    pub vendor: Option<String>,
+    pub name: Option<String>,
+    pub driver: Option<String>,
+    pub default: bool,
+    pub offload: bool,
+    pub discrete: Option<bool>,
+    pub boot_vga: Option<bool>,
+    pub card: Option<String>,
+    pub render: Option<String>,
+    /// Device numbers of every node of this GPU: card, render, then nvidiaN.
+    pub nodes: Vec<DevNum>,
+    pub nvidia_minor: Option<u32>,
+    pub power_state: Option<String>,
+    pub runtime_status: Option<String>,
+    pub displays: Vec<Display>,
+    /// Filled in by the daemon; `None` when no daemon answers.
+    pub blocked: Option<bool>,
+}
+
+impl Gpu {
+    /// Whether the GPU drives a connected display.
+    pub fn drives_display(&self) -> bool {
+        self.displays.iter().any(Display::connected)
+    }
+    pub fn is_nvidia(&self) -> bool {
+        self.vendor_id == "10de"
+    }
+    /// The short label a person reads: `1 (0000:01:00.0, GA107M …)`.
+    pub fn label(&self) -> String {
+        match &self.name {
+            Some(n) => format!("GPU {} ({}, {})", self.id, self.pci, n),
+            None => format!("GPU {} ({})", self.id, self.pci),
+        }
+    }
+}
+
+/// Every GPU of the machine, ids assigned (default GPU 0, then PCI order).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    pub gpus: Vec<Gpu>,
+}
+
+impl Inventory {
+    pub fn default_gpu(&self) -> Option<&Gpu> {
+        self.gpus.iter().find(|g| g.default)
+    }
+
+    /// Resolves a user's GPU argument: an id (`1`), or a PCI address
+    /// (`0000:01:00.0` or `01:00.0`).
+    pub fn find(&self, arg: &str) -> Result<&Gpu, String> {
+        let arg = arg.trim();
+        if let Ok(id) = arg.parse::<u32>() {
+            return self
+                .gpus
+                .iter()
+                .find(|g| g.id == id)
+                .ok_or_else(|| format!("no GPU with id {id} (see `gpuctl list`)"));
+        }
+        let addr = PciAddr::parse_lenient(arg)
+            .map_err(|_| format!("{arg:?} is neither a GPU id nor a PCI address"))?;
+        self.gpus
+            .iter()
+            .find(|g| g.pci == addr)
+            .ok_or_else(|| format!("no GPU at PCI address {addr} (see `gpuctl list`)"))
+    }
+}
+
+/// Where discovery reads from.
+#[derive(Clone, Debug)]
+pub struct Roots {
+    pub sysfs: PathBuf,
+    pub procfs: PathBuf,
+}
+
+/// A GPU as read from sysfs, before the machine-wide rules (ids, default).
+struct Found {
+    pci: pci::PciFunction,
+    drm: drm::DrmNodes,
+    nvidia_minor: Option<u32>,
+}
+
+/// Reads every GPU of the machine.
+pub fn discover(roots: &Roots) -> Result<Inventory> {
+    let functions = pci::scan(&roots.sysfs)?;
+    let drm = drm::scan(&roots.sysfs)?;
+    let mut found: Vec<Found> = functions
+        .iter()
+        .filter(|f| f.is_gpu())
+        .map(|f| {
+            let nodes = drm::nodes_of(&drm, &f.path);
+            let nvidia_minor = if f.driver.as_deref() == Some("nvidia") {
+                nvidia::device_minor(&roots.procfs, &f.addr)
+            } else {
+                None
+            };
+            Found {
+                pci: f.clone(),
+                drm: nodes,
+                nvidia_minor,
+            }
+        })
+        .collect();
+    found.sort_by_key(|f| f.pci.addr);
+
+    let default_idx = choose_default(&found);
+    let mut gpus: Vec<Gpu> = found
+        .into_iter()
+        .enumerate()
+        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions))
+        .collect();
+    // Stable ids: the default GPU is 0, the rest follow in PCI order.
+    gpus.sort_by_key(|g| (!g.default, g.pci));
+    for (id, g) in gpus.iter_mut().enumerate() {
+        g.id = id as u32;
+    }
+    Ok(Inventory { gpus })
+}
+
+/// DESIGN §3: `boot_vga == 1`; without it, the GPU driving a connected
+/// internal panel; else the lowest PCI address. `found` is in PCI order.
+fn choose_default(found: &[Found]) -> Option<usize> {
+    if let Some(i) = found.iter().position(|f| f.pci.boot_vga == Some(true)) {
+        return Some(i);
+    }
+    if let Some(i) = found
+        .iter()
+        .position(|f| f.drm.displays.iter().any(|d| d.internal() && d.connected()))
+    {
+        return Some(i);
+    }
+    if found.is_empty() {
+        None
+    } else {
+        Some(0)
+    }
+}
+
+fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
+    let mut nodes: Vec<DevNum> = [f.drm.card_dev, f.drm.render_dev]
+        .into_iter()
+        .flatten()
+        .collect();
+    if let Some(minor) = f.nvidia_minor {
+        nodes.push(DevNum::new(NVIDIA_MAJOR, minor));
+    }
+    let discrete = pci::is_discrete(&f.pci, all);
+    Gpu {
+        id: 0,
+        pci: f.pci.addr,
+        vendor_id: format!("{:04x}", f.pci.vendor),
+        device_id: format!("{:04x}", f.pci.device),
+        vendor: names::vendor(f.pci.vendor),
+        name: names::device(f.pci.vendor, f.pci.device),
+        driver: f.pci.driver.clone(),
+        default,
+        offload: !default,
+        discrete,
+        boot_vga: f.pci.boot_vga,
+        card: f.drm.card,
+        render: f.drm.render,
+        nodes,
+        nvidia_minor: f.nvidia_minor,
+        power_state: f.pci.power_state.clone(),
+        runtime_status: f.pci.runtime_status.clone(),
+        displays: f.drm.displays,
+        blocked: None,
+    }
+}
+
+/// Reads a small sysfs attribute, trimmed; `None` when absent or unreadable.
+pub(crate) fn read_attr(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The set of device numbers of a GPU, keyed for quick membership tests.
+pub fn node_owners(inv: &Inventory) -> BTreeMap<DevNum, u32> {
+    inv.gpus
+        .iter()
+        .flat_map(|g| g.nodes.iter().map(move |n| (*n, g.id)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devnum_round_trip() {
+        let d: DevNum = "226:129\n".parse().unwrap();
+        assert_eq!(d, DevNum::new(226, 129));
+        assert_eq!(d.to_string(), "226:129");
+        assert!("226".parse::<DevNum>().is_err());
+        assert!("a:b".parse::<DevNum>().is_err());
+    }
+
+    #[test]
+    fn internal_panels() {
+        let d = |c: &str, s: &str| Display {
+            connector: c.into(),
+            status: s.into(),
+        };
+        assert!(d("eDP-1", "connected").internal());
+        assert!(d("LVDS-1", "connected").internal());
+        assert!(d("DSI-1", "connected").internal());
+        assert!(!d("HDMI-A-1", "connected").internal());
+        assert!(!d("eDP-1", "disconnected").connected());
+    }
+}

@@ -1,0 +1,257 @@
+//! PCI functions, read from `<sysfs>/bus/pci/devices/*` (symlinks into
+//! `devices/pci…/`). Only cached attributes are read: `vendor`, `device`,
+//! `class`, `boot_vga`, `power_state`, `power/runtime_status`, `removable`
+//! and the `driver` link. Never `config`, `resource*` or `rom`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use super::read_attr;
+
+/// A PCI address: `dddd:bb:dd.f`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PciAddr {
+    pub domain: u32,
+    pub bus: u8,
+    pub dev: u8,
+    pub func: u8,
+}
+
+impl PciAddr {
+    /// Accepts `0000:01:00.0` and the short `01:00.0` (domain 0).
+    pub fn parse_lenient(s: &str) -> Result<Self> {
+        if s.matches(':').count() == 1 {
+            return format!("0000:{s}").parse();
+        }
+        s.parse()
+    }
+
+    /// Same domain, bus and slot: functions of one physical device.
+    pub fn same_slot(&self, other: &PciAddr) -> bool {
+        (self.domain, self.bus, self.dev) == (other.domain, other.bus, other.dev)
+    }
+}
+
+impl fmt::Display for PciAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:04x}:{:02x}:{:02x}.{:x}",
+            self.domain, self.bus, self.dev, self.func
+        )
+    }
+}
+
+impl FromStr for PciAddr {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = || format!("{s:?} is not a PCI address like 0000:01:00.0");
+        let (domain, rest) = s.split_once(':').with_context(bad)?;
+        let (bus, rest) = rest.split_once(':').with_context(bad)?;
+        let (dev, func) = rest.split_once('.').with_context(bad)?;
+        if domain.len() != 4 || bus.len() != 2 || dev.len() != 2 || func.len() != 1 {
+            bail!(bad());
+        }
+        let hex = |v: &str| u32::from_str_radix(v, 16).with_context(bad);
+        let (dev, func) = (hex(dev)?, hex(func)?);
+        if dev > 0x1f || func > 7 {
+            bail!(bad());
+        }
+        Ok(PciAddr {
+            domain: hex(domain)?,
+            bus: hex(bus)? as u8,
+            dev: dev as u8,
+            func: func as u8,
+        })
+    }
+}
+
+impl Serialize for PciAddr {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for PciAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What discovery knows about one PCI function.
+#[derive(Clone, Debug)]
+pub struct PciFunction {
+    pub addr: PciAddr,
+    /// Canonical path of the function's directory under `devices/`.
+    pub path: PathBuf,
+    pub vendor: u16,
+    pub device: u16,
+    pub class: u32,
+    pub driver: Option<String>,
+    pub boot_vga: Option<bool>,
+    pub power_state: Option<String>,
+    pub runtime_status: Option<String>,
+    pub removable: Option<bool>,
+}
+
+impl PciFunction {
+    /// Display controllers: PCI base class 0x03 (VGA, XGA, 3D, other).
+    pub fn is_gpu(&self) -> bool {
+        self.class >> 16 == 0x03
+    }
+}
+
+const VENDOR_NVIDIA: u16 = 0x10de;
+const VENDOR_INTEL: u16 = 0x8086;
+const VENDOR_AMD_GPU: u16 = 0x1002;
+const VENDOR_AMD_PLATFORM: u16 = 0x1022;
+
+/// Whether a GPU is a discrete one; `None` where sysfs does not tell
+/// (virtual GPUs, BMC graphics, unknown vendors).
+///
+/// - Removable (Thunderbolt/USB4 eGPU): discrete.
+/// - NVIDIA: every PCI NVIDIA GPU is discrete.
+/// - Intel: integrated GPUs are on the root bus (00:02.0); Arc cards are not.
+/// - AMD: an APU's GPU shares its PCI slot with platform functions of AMD's
+///   chipset vendor id 0x1022 (USB, crypto, audio co-processor); a Radeon
+///   card's slot holds only its own functions (vendor 0x1002).
+pub fn is_discrete(gpu: &PciFunction, all: &[PciFunction]) -> Option<bool> {
+    if gpu.removable == Some(true) {
+        return Some(true);
+    }
+    match gpu.vendor {
+        VENDOR_NVIDIA => Some(true),
+        VENDOR_INTEL => Some(gpu.addr.bus != 0),
+        VENDOR_AMD_GPU => {
+            let apu = all.iter().any(|f| {
+                f.addr != gpu.addr && f.addr.same_slot(&gpu.addr) && f.vendor == VENDOR_AMD_PLATFORM
+            });
+            Some(!apu)
+        }
+        _ => None,
+    }
+}
+
+fn hex_attr(dir: &Path, name: &str) -> Option<u32> {
+    let v = read_attr(&dir.join(name))?;
+    u32::from_str_radix(v.trim_start_matches("0x"), 16).ok()
+}
+
+fn link_name(path: &Path) -> Option<String> {
+    let target = std::fs::read_link(path).ok()?;
+    target.file_name().map(|n| n.to_string_lossy().into_owned())
+}
+
+/// Reads one PCI function's directory.
+fn read_function(addr: PciAddr, path: PathBuf) -> Option<PciFunction> {
+    Some(PciFunction {
+        addr,
+        vendor: hex_attr(&path, "vendor")? as u16,
+        device: hex_attr(&path, "device")? as u16,
+        class: hex_attr(&path, "class")?,
+        driver: link_name(&path.join("driver")),
+        boot_vga: read_attr(&path.join("boot_vga")).map(|v| v == "1"),
+        power_state: read_attr(&path.join("power_state")),
+        runtime_status: read_attr(&path.join("power/runtime_status")),
+        removable: read_attr(&path.join("removable")).and_then(|v| match v.as_str() {
+            "removable" => Some(true),
+            "fixed" => Some(false),
+            _ => None,
+        }),
+        path,
+    })
+}
+
+/// Every PCI function of the machine. A missing `bus/pci/devices` directory
+/// is a machine without PCI (or without sysfs): no functions, no error.
+pub fn scan(sysfs: &Path) -> Result<Vec<PciFunction>> {
+    let dir = sysfs.join("bus/pci/devices");
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", dir.display())),
+    };
+    let mut out = Vec::new();
+    for entry in entries {
+        let entry = entry.with_context(|| format!("reading {}", dir.display()))?;
+        let name = entry.file_name();
+        let Ok(addr) = name.to_string_lossy().parse::<PciAddr>() else {
+            continue;
+        };
+        // A device can disappear between readdir and here (hot unplug).
+        let Ok(path) = entry.path().canonicalize() else {
+            continue;
+        };
+        if let Some(f) = read_function(addr, path) {
+            out.push(f);
+        }
+    }
+    out.sort_by_key(|f| f.addr);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn func(addr: &str, vendor: u16, class: u32) -> PciFunction {
+        PciFunction {
+            addr: addr.parse().unwrap(),
+            path: PathBuf::new(),
+            vendor,
+            device: 0,
+            class,
+            driver: None,
+            boot_vga: None,
+            power_state: None,
+            runtime_status: None,
+            removable: None,
+        }
+    }
+
+    #[test]
+    fn addr_parse_and_print() {
+        let a: PciAddr = "0000:01:00.0".parse().unwrap();
+        assert_eq!(a.to_string(), "0000:01:00.0");
+        assert_eq!(PciAddr::parse_lenient("01:00.0").unwrap(), a);
+        assert_eq!(PciAddr::parse_lenient("0000:c1:00.0").unwrap().bus, 0xc1);
+        for bad in [
+            "",
+            "1",
+            "01:00",
+            "0000:01:00.8",
+            "0000:01:20.0",
+            "zz:00.0",
+            "0:1:0.0",
+        ] {
+            assert!(PciAddr::parse_lenient(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn discrete_rules() {
+        let igpu = func("0000:00:02.0", VENDOR_INTEL, 0x030000);
+        let arc = func("0000:03:00.0", VENDOR_INTEL, 0x030000);
+        let nv = func("0000:01:00.0", VENDOR_NVIDIA, 0x030200);
+        let apu = func("0000:05:00.0", VENDOR_AMD_GPU, 0x030000);
+        let apu_usb = func("0000:05:00.3", VENDOR_AMD_PLATFORM, 0x0c0330);
+        let radeon = func("0000:03:00.0", VENDOR_AMD_GPU, 0x030000);
+        let radeon_audio = func("0000:03:00.1", VENDOR_AMD_GPU, 0x040300);
+        let virtio = func("0000:00:02.0", 0x1af4, 0x038000);
+        let all = vec![apu.clone(), apu_usb, radeon.clone(), radeon_audio];
+        assert_eq!(is_discrete(&igpu, &[]), Some(false));
+        assert_eq!(is_discrete(&arc, &[]), Some(true));
+        assert_eq!(is_discrete(&nv, &[]), Some(true));
+        assert_eq!(is_discrete(&apu, &all), Some(false));
+        assert_eq!(is_discrete(&radeon, &all), Some(true));
+        assert_eq!(is_discrete(&virtio, &[]), None);
+        let mut egpu = func("0000:07:00.0", 0x1234, 0x030000);
+        egpu.removable = Some(true);
+        assert_eq!(is_discrete(&egpu, &[]), Some(true));
+    }
+}

@@ -1,0 +1,365 @@
+//! Policy: what must be blocked, as a pure function of the inventory, the
+//! mode and the user's choices. Every rule lives here (DESIGN §3); the
+//! enforcer only applies the resulting plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::gpu::{DevNum, Gpu, Inventory, PciAddr, NVIDIACTL};
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Nothing blocked, programs detached.
+    #[default]
+    Hybrid,
+    /// Every offload GPU blocked for everyone.
+    Integrated,
+    /// Per-GPU blocks chosen with `gpuctl block`/`unblock`.
+    Manual,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Hybrid, Mode::Integrated, Mode::Manual];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Hybrid => "hybrid",
+            Mode::Integrated => "integrated",
+            Mode::Manual => "manual",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Mode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| format!("unknown mode {s:?} (expected hybrid, integrated or manual)"))
+    }
+}
+
+/// A GPU the user asked to block in manual mode, by PCI address (stable
+/// across reboots, unlike ids).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ManualBlock {
+    pub pci: PciAddr,
+    /// Blocked even though it drives a connected display.
+    #[serde(default)]
+    pub force: bool,
+}
+
+/// What the user chose: the persisted part of the daemon's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Choice {
+    pub mode: Mode,
+    /// `set integrated --force`: block offload GPUs even if they drive a display.
+    #[serde(default)]
+    pub force: bool,
+    #[serde(default)]
+    pub manual: BTreeSet<ManualBlock>,
+}
+
+/// Why a GPU that the mode would block is left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Skip {
+    pub gpu: u32,
+    pub reason: String,
+}
+
+/// The result of [`plan`]: every device number to deny, with the id of the
+/// GPU it belongs to (for the per-GPU denied counters).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub nodes: BTreeMap<DevNum, u32>,
+    /// Ids of the GPUs this plan blocks.
+    pub blocked: BTreeSet<u32>,
+    /// GPUs the mode asks to block but the rules protect.
+    pub skipped: Vec<Skip>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+/// A request the rules refuse as a whole, with the sentence that says why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal(pub String);
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Why `gpu` may not be blocked, if it may not.
+pub fn protect_reason(gpu: &Gpu, force: bool) -> Option<String> {
+    if gpu.default {
+        return Some(format!(
+            "{} is the default GPU (it runs the desktop) and is never blocked",
+            gpu.label()
+        ));
+    }
+    if gpu.drives_display() && !force {
+        let shown: Vec<&str> = gpu
+            .displays
+            .iter()
+            .filter(|d| d.connected())
+            .map(|d| d.connector.as_str())
+            .collect();
+        return Some(format!(
+            "{} drives a connected display ({}); blocking it would freeze that screen; \
+             unplug it or repeat with --force",
+            gpu.label(),
+            shown.join(", ")
+        ));
+    }
+    None
+}
+
+/// Checks a mode change before it is made: the whole request is refused when
+/// the mode makes no sense on this machine, or when a GPU it would block is
+/// protected and `force` was not given.
+pub fn check(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
+    let plan = plan(inv, choice)?;
+    match plan.skipped.first() {
+        Some(skip) => Err(Refusal(format!("refused: {}", skip.reason))),
+        None => Ok(plan),
+    }
+}
+
+/// What must be blocked. A protected GPU is skipped (with its reason), never
+/// blocked; a mode that makes no sense on this machine is refused.
+pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
+    let targets: Vec<(&Gpu, bool)> = match choice.mode {
+        Mode::Hybrid => Vec::new(),
+        Mode::Integrated => {
+            if let Some(d) = inv.default_gpu() {
+                if d.discrete == Some(true) {
+                    return Err(Refusal(format!(
+                        "refused: integrated mode blocks every GPU but the default one, and \
+                         the default GPU here is the discrete {} (a MUX laptop switched to \
+                         dGPU mode, or a desktop whose firmware boots on the card); switch \
+                         the MUX or firmware to the integrated GPU first",
+                        d.label()
+                    )));
+                }
+            }
+            inv.gpus
+                .iter()
+                .filter(|g| g.offload)
+                .map(|g| (g, choice.force))
+                .collect()
+        }
+        Mode::Manual => choice
+            .manual
+            .iter()
+            .filter_map(|m| {
+                inv.gpus
+                    .iter()
+                    .find(|g| g.pci == m.pci)
+                    .map(|g| (g, m.force))
+            })
+            .collect(),
+    };
+
+    let mut out = Plan::default();
+    for (gpu, force) in targets {
+        if let Some(reason) = protect_reason(gpu, force) {
+            out.skipped.push(Skip {
+                gpu: gpu.id,
+                reason,
+            });
+            continue;
+        }
+        out.blocked.insert(gpu.id);
+        for n in &gpu.nodes {
+            out.nodes.insert(*n, gpu.id);
+        }
+    }
+
+    // `nvidiactl` is shared by every NVIDIA GPU: block it only when every
+    // NVIDIA GPU is blocked, or a running one would lose its control node.
+    let nvidia: Vec<&Gpu> = inv
+        .gpus
+        .iter()
+        .filter(|g| g.is_nvidia() && g.nvidia_minor.is_some())
+        .collect();
+    if nvidia.len() == 1 && out.blocked.contains(&nvidia[0].id) {
+        out.nodes.insert(NVIDIACTL, nvidia[0].id);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::Display;
+
+    fn gpu(id: u32, pci: &str, vendor: &str, default: bool, nodes: &[(u32, u32)]) -> Gpu {
+        Gpu {
+            id,
+            pci: pci.parse().unwrap(),
+            vendor_id: vendor.into(),
+            device_id: "0000".into(),
+            vendor: None,
+            name: None,
+            driver: Some("x".into()),
+            default,
+            offload: !default,
+            discrete: Some(!default),
+            boot_vga: Some(default),
+            card: None,
+            render: None,
+            nodes: nodes.iter().map(|&(a, b)| DevNum::new(a, b)).collect(),
+            nvidia_minor: None,
+            power_state: None,
+            runtime_status: None,
+            displays: Vec::new(),
+            blocked: None,
+        }
+    }
+
+    fn laptop() -> Inventory {
+        let mut nv = gpu(
+            1,
+            "0000:01:00.0",
+            "10de",
+            false,
+            &[(226, 0), (226, 129), (195, 0)],
+        );
+        nv.nvidia_minor = Some(0);
+        Inventory {
+            gpus: vec![
+                gpu(0, "0000:00:02.0", "8086", true, &[(226, 1), (226, 128)]),
+                nv,
+            ],
+        }
+    }
+
+    fn choice(mode: Mode) -> Choice {
+        Choice {
+            mode,
+            ..Choice::default()
+        }
+    }
+
+    fn devs(p: &Plan) -> Vec<String> {
+        p.nodes.keys().map(|d| d.to_string()).collect()
+    }
+
+    #[test]
+    fn hybrid_blocks_nothing() {
+        let p = plan(&laptop(), &choice(Mode::Hybrid)).unwrap();
+        assert!(p.is_empty());
+        assert!(p.blocked.is_empty());
+    }
+
+    #[test]
+    fn integrated_blocks_offload_and_sole_nvidiactl() {
+        let p = plan(&laptop(), &choice(Mode::Integrated)).unwrap();
+        assert_eq!(devs(&p), ["195:0", "195:255", "226:0", "226:129"]);
+        assert_eq!(p.blocked, BTreeSet::from([1]));
+        assert!(p.nodes.values().all(|&g| g == 1));
+    }
+
+    #[test]
+    fn nvidiactl_kept_while_another_nvidia_gpu_runs() {
+        let mut inv = laptop();
+        let mut second = gpu(2, "0000:02:00.0", "10de", false, &[(226, 2), (195, 1)]);
+        second.nvidia_minor = Some(1);
+        inv.gpus.push(second);
+        let mut c = choice(Mode::Manual);
+        c.manual.insert(ManualBlock {
+            pci: "0000:01:00.0".parse().unwrap(),
+            force: false,
+        });
+        let p = plan(&inv, &c).unwrap();
+        assert!(!p.nodes.contains_key(&NVIDIACTL));
+        assert!(p.nodes.contains_key(&DevNum::new(195, 0)));
+        assert!(!p.nodes.contains_key(&DevNum::new(195, 1)));
+    }
+
+    #[test]
+    fn default_gpu_never_blocked() {
+        let mut c = choice(Mode::Manual);
+        c.manual.insert(ManualBlock {
+            pci: "0000:00:02.0".parse().unwrap(),
+            force: true,
+        });
+        let p = plan(&laptop(), &c).unwrap();
+        assert!(p.is_empty());
+        assert_eq!(p.skipped.len(), 1);
+        assert!(p.skipped[0].reason.contains("default GPU"));
+        assert!(check(&laptop(), &c).is_err());
+    }
+
+    #[test]
+    fn display_driving_gpu_needs_force() {
+        let mut inv = laptop();
+        inv.gpus[1].displays.push(Display {
+            connector: "DP-1".into(),
+            status: "connected".into(),
+        });
+        let err = check(&inv, &choice(Mode::Integrated)).unwrap_err();
+        assert!(err.0.contains("connected display (DP-1)"), "{err}");
+        assert!(err.0.contains("--force"));
+        let mut forced = choice(Mode::Integrated);
+        forced.force = true;
+        let p = check(&inv, &forced).unwrap();
+        assert_eq!(p.blocked, BTreeSet::from([1]));
+    }
+
+    #[test]
+    fn integrated_refused_when_default_is_discrete() {
+        let mut inv = laptop();
+        inv.gpus[0].discrete = Some(false);
+        inv.gpus[0].default = false;
+        inv.gpus[0].offload = true;
+        inv.gpus[1].default = true;
+        inv.gpus[1].offload = false;
+        inv.gpus[1].discrete = Some(true);
+        let err = plan(&inv, &choice(Mode::Integrated)).unwrap_err();
+        assert!(err.0.contains("MUX"), "{err}");
+    }
+
+    #[test]
+    fn manual_block_of_vanished_gpu_is_ignored() {
+        let mut c = choice(Mode::Manual);
+        c.manual.insert(ManualBlock {
+            pci: "0000:09:00.0".parse().unwrap(),
+            force: false,
+        });
+        assert!(plan(&laptop(), &c).unwrap().is_empty());
+    }
+
+    #[test]
+    fn gpu_without_nodes_blocks_nothing_but_counts_as_blocked() {
+        let mut inv = laptop();
+        inv.gpus[1].nodes.clear();
+        inv.gpus[1].nvidia_minor = None;
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        assert!(p.nodes.is_empty());
+        assert_eq!(p.blocked, BTreeSet::from([1]));
+    }
+
+    #[test]
+    fn mode_names() {
+        for m in Mode::ALL {
+            assert_eq!(m.as_str().parse::<Mode>().unwrap(), m);
+        }
+        assert!("smartish".parse::<Mode>().is_err());
+    }
+}

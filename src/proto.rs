@@ -1,0 +1,212 @@
+//! The socket protocol (DESIGN §5): one JSON object per line each way.
+//!
+//! Request:  `{"type": "set", "mode": "integrated", "force": false}`
+//! (an optional `"proto": N` names the protocol version the client speaks).
+//! Response: `{"ok": true, "proto": 1, "data": …}` or
+//! `{"ok": false, "proto": 1, "error": {"code": "refused", "message": "…"}}`.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The protocol version this build speaks.
+pub const PROTO: u32 = 1;
+/// Longest accepted line, newline included.
+pub const MAX_LINE: usize = 64 * 1024;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Request {
+    Ping {},
+    List {},
+    Get {},
+    Set {
+        mode: String,
+        #[serde(default)]
+        force: bool,
+    },
+    Block {
+        gpu: String,
+        #[serde(default)]
+        force: bool,
+    },
+    Unblock {
+        gpu: String,
+    },
+    Status {},
+    Who {
+        #[serde(default)]
+        gpu: Option<String>,
+    },
+}
+
+impl Request {
+    /// Whether the request changes state (and so needs authorization).
+    pub fn is_change(&self) -> bool {
+        matches!(
+            self,
+            Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
+        )
+    }
+}
+
+/// Error codes a client can act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Code {
+    /// Not JSON, not an object, an unknown type or field.
+    BadRequest,
+    /// A line over [`MAX_LINE`].
+    TooLarge,
+    /// The client said nothing (or not a whole line) in time.
+    Timeout,
+    /// A newer protocol version than this daemon speaks.
+    UnsupportedVersion,
+    /// The caller may read but not change.
+    PermissionDenied,
+    /// The GPU argument names no GPU.
+    UnknownGpu,
+    /// The rules refuse the change (the message says why).
+    Refused,
+    /// The daemon failed (the message says where).
+    Internal,
+    /// Too many clients at once.
+    Busy,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: Code,
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub ok: bool,
+    pub proto: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorBody>,
+}
+
+impl Response {
+    pub fn ok(data: Value) -> Self {
+        Response {
+            ok: true,
+            proto: PROTO,
+            data: Some(data),
+            error: None,
+        }
+    }
+
+    pub fn err(code: Code, message: impl Into<String>) -> Self {
+        Response {
+            ok: false,
+            proto: PROTO,
+            data: None,
+            error: Some(ErrorBody {
+                code,
+                message: message.into(),
+            }),
+        }
+    }
+
+    /// The response as one line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        // Serializing these plain types cannot fail; if it ever did, the
+        // client still gets a well-formed error line.
+        let mut line = serde_json::to_vec(self).unwrap_or_else(|_| {
+            br#"{"ok":false,"proto":1,"error":{"code":"internal","message":"response encoding failed"}}"#
+                .to_vec()
+        });
+        line.push(b'\n');
+        line
+    }
+}
+
+/// Decodes one request line (without its newline).
+pub fn decode(line: &[u8]) -> Result<Request, Response> {
+    let value: Value = serde_json::from_slice(line)
+        .map_err(|e| Response::err(Code::BadRequest, format!("not valid JSON: {e}")))?;
+    let Value::Object(mut obj) = value else {
+        return Err(Response::err(
+            Code::BadRequest,
+            "a request is a JSON object with a \"type\" field",
+        ));
+    };
+    if let Some(v) = obj.remove("proto") {
+        match v.as_u64() {
+            Some(p) if p <= u64::from(PROTO) => {}
+            _ => {
+                return Err(Response::err(
+                    Code::UnsupportedVersion,
+                    format!("this daemon speaks protocol {PROTO}; the request asked for {v}"),
+                ))
+            }
+        }
+    }
+    serde_json::from_value(Value::Object(obj))
+        .map_err(|e| Response::err(Code::BadRequest, format!("bad request: {e}")))
+}
+
+/// Encodes one request as a line, newline included.
+pub fn encode(req: &Request) -> Vec<u8> {
+    let mut v = serde_json::to_value(req).unwrap_or(Value::Null);
+    if let Value::Object(o) = &mut v {
+        o.insert("proto".into(), PROTO.into());
+    }
+    let mut line = v.to_string().into_bytes();
+    line.push(b'\n');
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        for req in [
+            Request::Ping {},
+            Request::List {},
+            Request::Set {
+                mode: "integrated".into(),
+                force: true,
+            },
+            Request::Block {
+                gpu: "01:00.0".into(),
+                force: false,
+            },
+            Request::Who { gpu: None },
+        ] {
+            let line = encode(&req);
+            assert_eq!(line.last(), Some(&b'\n'));
+            assert_eq!(decode(&line[..line.len() - 1]).unwrap(), req);
+        }
+    }
+
+    #[test]
+    fn bad_requests_get_codes() {
+        let code = |l: &str| decode(l.as_bytes()).unwrap_err().error.unwrap().code;
+        assert_eq!(code("{"), Code::BadRequest);
+        assert_eq!(code("[1]"), Code::BadRequest);
+        assert_eq!(code(r#"{"type":"explode"}"#), Code::BadRequest);
+        assert_eq!(code(r#"{"type":"set"}"#), Code::BadRequest);
+        assert_eq!(code(r#"{"type":"get","extra":1}"#), Code::BadRequest);
+        assert_eq!(
+            code(r#"{"type":"get","proto":99}"#),
+            Code::UnsupportedVersion
+        );
+        assert!(decode(br#"{"type":"get","proto":1}"#).is_ok());
+        assert!(decode(br#"{"type":"set","mode":"hybrid"}"#).is_ok());
+    }
+
+    #[test]
+    fn response_shape() {
+        let r = Response::err(Code::Refused, "no");
+        let v: Value = serde_json::from_slice(&r.to_line()).unwrap();
+        assert_eq!(v["ok"], false);
+        assert_eq!(v["error"]["code"], "refused");
+        assert!(v.get("data").is_none());
+    }
+}
