@@ -1,0 +1,281 @@
+//! Tier 2: the daemon and the cgroup backend on this machine, as root.
+//! Every block is checked by a real open(2) from a process in a test-owned
+//! cgroup: ENXIO means allowed (no driver here), EPERM means blocked.
+
+mod common;
+
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use common::fixture::machine;
+use common::harness::{
+    describe, open_in_cgroup, raw_exchange, read_line, root_or_skip, Env, ENXIO, EPERM,
+};
+
+macro_rules! root_test {
+    () => {
+        if !root_or_skip(module_path!()) {
+            return;
+        }
+    };
+}
+
+// intel_nvidia: Intel iGPU card1 (226:1) + renderD128; NVIDIA card0 (226:0),
+// renderD129, nvidia0 (195:0); nvidiactl 195:255.
+const IGPU: [(u32, u32); 2] = [(226, 1), (226, 128)];
+const DGPU: [(u32, u32); 4] = [(226, 0), (226, 129), (195, 0), (195, 255)];
+
+fn assert_opens(env: &Env, nodes: &[(u32, u32)], want: i32, ctx: &str) {
+    for &(maj, min) in nodes {
+        assert_eq!(
+            env.open_errno(maj, min),
+            want,
+            "{ctx}: open of {maj}:{min} (want errno {want})"
+        );
+    }
+}
+
+fn ok(env: &Env, args: &[&str]) -> String {
+    let out = env.gpuctl(args);
+    assert!(out.status.success(), "gpuctl {args:?}: {}", describe(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn mode_transitions_block_and_allow_real_opens() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+
+    // Hybrid: nothing blocked, nothing attached.
+    assert_opens(&env, &IGPU, ENXIO, "hybrid");
+    assert_opens(&env, &DGPU, ENXIO, "hybrid");
+    let st = env.json(&["status"]);
+    assert_eq!(st["attached"], false);
+    assert_eq!(st["mode"], "hybrid");
+
+    // Integrated: the NVIDIA GPU's nodes (and the sole NVIDIA GPU's
+    // nvidiactl) are denied, the default iGPU is untouched.
+    ok(&env, &["set", "integrated"]);
+    assert_opens(&env, &DGPU, EPERM, "integrated");
+    assert_opens(&env, &IGPU, ENXIO, "integrated");
+    let list = env.json(&["list"]);
+    assert_eq!(list["mode"], "integrated");
+    assert_eq!(list["backend"], "cgroup");
+    let gpus = list["gpus"].as_array().unwrap();
+    assert_eq!(gpus[0]["blocked"], false);
+    assert_eq!(gpus[1]["blocked"], true);
+    let st = env.json(&["status"]);
+    assert_eq!(st["attached"], true);
+    assert_eq!(st["gpus"][1]["denied_opens"], 4, "{st}");
+    assert_eq!(st["gpus"][0]["denied_opens"], 0);
+    let human = ok(&env, &["status"]);
+    assert!(human.contains("integrated"), "{human}");
+
+    // A process outside the governed cgroup is not affected.
+    let node = env.mknod(226, 0);
+    assert_eq!(
+        open_in_cgroup(env.cgroup.parent().unwrap(), &node, None),
+        ENXIO
+    );
+
+    // Back to hybrid: allowed again, programs detached.
+    ok(&env, &["set", "hybrid"]);
+    assert_opens(&env, &DGPU, ENXIO, "hybrid again");
+    assert_eq!(env.json(&["status"])["attached"], false);
+    assert_eq!(ok(&env, &["get"]).trim(), "hybrid");
+}
+
+#[test]
+fn manual_blocks_persist_across_restart_and_default_is_refused() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+
+    let out = ok(&env, &["block", "01:00.0"]);
+    assert!(out.contains("GPU 1"), "{out}");
+    assert_opens(&env, &DGPU, EPERM, "manual block");
+    assert_eq!(env.json(&["get"])["mode"], "manual");
+
+    // The default GPU is never blocked: refused, exit 4, one sentence.
+    let out = env.gpuctl(&["block", "0"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("default GPU"));
+    let out = env.gpuctl(&["block", "7"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert_opens(&env, &IGPU, ENXIO, "default never blocked");
+
+    // Restart: the saved manual block is in force by READY=1.
+    env.stop();
+    assert_opens(&env, &DGPU, ENXIO, "daemon stopped: fail-open");
+    env.start();
+    assert_opens(&env, &DGPU, EPERM, "after restart");
+    assert_eq!(env.json(&["get"])["mode"], "manual");
+
+    ok(&env, &["unblock", "1"]);
+    assert_opens(&env, &DGPU, ENXIO, "unblocked");
+    assert_eq!(env.json(&["status"])["attached"], false);
+}
+
+#[test]
+fn integrated_restored_before_ready_and_sigkill_fails_open() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "integrated"]);
+    env.stop();
+    env.start();
+    assert_opens(&env, &DGPU, EPERM, "restored at start");
+    // SIGKILL: no cleanup runs, yet the kernel drops the unpinned link.
+    env.signal(libc::SIGKILL);
+    assert_opens(&env, &DGPU, ENXIO, "after SIGKILL");
+    // A stale socket file does not stop the next start.
+    env.start();
+    assert_opens(&env, &DGPU, EPERM, "restarted after SIGKILL");
+}
+
+#[test]
+fn display_driving_gpu_needs_force() {
+    root_test!();
+    // The monitor is plugged into the NVIDIA card; the iGPU is the boot GPU.
+    let mut env = Env::new(machine("desktop_monitor_dgpu"));
+    env.start();
+    let list = env.json(&["list"]);
+    let dgpu = &list["gpus"][1];
+    let card: u32 = dgpu["card"].as_str().unwrap()[4..].parse().unwrap();
+
+    let out = env.gpuctl(&["set", "integrated"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("connected display") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(env.open_errno(226, card), ENXIO);
+    assert_eq!(
+        env.json(&["get"])["mode"],
+        "hybrid",
+        "a refused change changes nothing"
+    );
+
+    ok(&env, &["set", "integrated", "--force"]);
+    assert_eq!(env.open_errno(226, card), EPERM);
+}
+
+#[test]
+fn mux_laptop_in_dgpu_mode_refuses_integrated() {
+    root_test!();
+    let mut env = Env::new(machine("mux_dgpu"));
+    env.start();
+    let out = env.gpuctl(&["set", "integrated"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MUX"));
+}
+
+#[test]
+fn non_root_client_reads_but_cannot_change() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let nobody = 65534;
+    let out = env.gpuctl_as(Some(nobody), &["get"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = env.gpuctl_as(Some(nobody), &["list", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = env.gpuctl_as(Some(nobody), &["set", "integrated"]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gpuctl` group"));
+    assert_opens(&env, &DGPU, ENXIO, "refused change");
+
+    // A member of the configured group may change it.
+    std::fs::write(env.dir.join("gpuctl.toml"), "group = \"nogroup\"\n").unwrap();
+    env.stop();
+    env.start();
+    let nogroup = 65534; // Debian: nogroup's gid
+    let out = env.gpuctl_as(Some(nogroup), &["set", "integrated"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_opens(&env, &DGPU, EPERM, "group member's change");
+}
+
+#[test]
+fn bad_clients_get_errors_and_do_not_stall_others() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+
+    // A silent client, and one that sent half a line.
+    let _silent = env.connect();
+    let mut half = env.connect();
+    half.write_all(br#"{"type":"li"#).unwrap();
+
+    let t0 = Instant::now();
+    assert_eq!(env.json(&["get"])["mode"], "hybrid");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "stalled: {:?}",
+        t0.elapsed()
+    );
+
+    let mut c = env.connect();
+    let r = raw_exchange(&mut c, b"this is not json\n");
+    assert_eq!(r["ok"], false);
+    assert_eq!(r["error"]["code"], "bad_request");
+    // The connection survives a bad line.
+    let r = raw_exchange(&mut c, b"{\"type\":\"get\"}\n");
+    assert_eq!(r["ok"], true);
+    assert_eq!(r["data"]["mode"], "hybrid");
+    let r = raw_exchange(&mut c, b"{\"type\":\"reboot\"}\n");
+    assert_eq!(r["error"]["code"], "bad_request");
+    let r = raw_exchange(&mut c, b"{\"type\":\"get\",\"proto\":42}\n");
+    assert_eq!(r["error"]["code"], "unsupported_version");
+
+    // Over 64 KiB without a newline: refused, connection closed.
+    let mut big = env.connect();
+    let r = raw_exchange(&mut big, &vec![b'x'; 70 * 1024]);
+    assert_eq!(r["error"]["code"], "too_large");
+
+    // The silent client is told it timed out.
+    let mut silent = env.connect();
+    let r = read_line(&mut silent);
+    assert_eq!(r["error"]["code"], "timeout");
+
+    // A client that disconnects mid-line costs nothing.
+    drop(half);
+    assert_eq!(env.json(&["get"])["mode"], "hybrid");
+    let log = env.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+#[test]
+fn corrupt_state_file_falls_back_to_hybrid() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::create_dir_all(env.state_dir()).unwrap();
+    std::fs::write(env.state_file(), b"{\"version\":1,\"mode\":\"integ").unwrap();
+    std::fs::write(env.dir.join("gpuctl.toml"), "group = [\n").unwrap();
+    env.start();
+    assert_eq!(env.json(&["get"])["mode"], "hybrid");
+    assert!(env.state_dir().join("state.json.bad").exists());
+    assert!(env.dir.join("gpuctl.toml.bad").exists());
+    // And it still works.
+    ok(&env, &["set", "integrated"]);
+    assert_opens(&env, &DGPU, EPERM, "after corrupt state");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.state_file()).unwrap()).unwrap();
+    assert_eq!(saved["mode"], "integrated");
+    let log = env.stop();
+    assert!(log.contains("corrupt"), "{log}");
+    assert!(log.contains("invalid"), "{log}");
+}
+
+#[test]
+fn client_without_daemon_exits_3() {
+    let env_dir = std::env::temp_dir().join(format!("gpuctl-nodaemon-{}", std::process::id()));
+    let out = std::process::Command::new(common::harness::BIN)
+        .env("GPUCTL_SOCKET", env_dir.join("none.sock"))
+        .arg("get")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
+}
