@@ -288,3 +288,33 @@ fn unknown_sysfs_root_is_no_gpu_not_a_crash() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["gpus"], serde_json::json!([]));
 }
+
+#[test]
+fn suspended_nvidia_gpu_is_not_woken_for_its_minor() {
+    let m = machine("intel_nvidia");
+    let info = m
+        .procfs()
+        .join("driver/nvidia/gpus/0000:01:00.0/information");
+    let text = std::fs::read_to_string(&info).unwrap();
+    // Make the file say something only a real read could learn.
+    std::fs::write(
+        &info,
+        text.replace("Device Minor: \t 0", "Device Minor: \t 3"),
+    )
+    .unwrap();
+    assert!(std::fs::read_to_string(&info)
+        .unwrap()
+        .contains("Device Minor: \t 3"));
+
+    // Suspended: the driver would resume the GPU to answer, so the file is
+    // not read; the sole NVIDIA GPU's minor is 0 (probe order).
+    let (v, _) = list(&m, true);
+    assert_eq!(v["gpus"][1]["runtime_status"], "suspended");
+    assert_eq!(v["gpus"][1]["nvidia_minor"], 0);
+
+    // Awake: the file is the source.
+    m.set_power("0000:01:00.0", "D0", "active");
+    let (v, _) = list(&m, true);
+    assert_eq!(v["gpus"][1]["nvidia_minor"], 3);
+    assert_eq!(v["gpus"][1]["nodes"][2], "195:3");
+}

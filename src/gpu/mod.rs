@@ -185,13 +185,17 @@ struct Found {
 pub fn discover(roots: &Roots) -> Result<Inventory> {
     let functions = pci::scan(&roots.sysfs)?;
     let drm = drm::scan(&roots.sysfs)?;
+    let nvidia_bound = functions
+        .iter()
+        .filter(|f| f.is_gpu() && f.driver.as_deref() == Some("nvidia"))
+        .count();
     let mut found: Vec<Found> = functions
         .iter()
         .filter(|f| f.is_gpu())
         .map(|f| {
             let nodes = drm::nodes_of(&drm, &f.path);
             let nvidia_minor = if f.driver.as_deref() == Some("nvidia") {
-                nvidia::device_minor(&roots.procfs, &f.addr)
+                nvidia::device_minor(&roots.procfs, f, nvidia_bound)
             } else {
                 None
             };

@@ -2,11 +2,21 @@
 
 use std::path::Path;
 
-use super::PciAddr;
+use super::pci::PciFunction;
 
-/// `Device Minor:` from `<procfs>/driver/nvidia/gpus/<pci>/information`.
-pub fn device_minor(procfs: &Path, addr: &PciAddr) -> Option<u32> {
-    let path = procfs.join(format!("driver/nvidia/gpus/{addr}/information"));
+/// The minor number of `/dev/nvidiaN` for an NVIDIA GPU bound to `nvidia`.
+///
+/// The source is `Device Minor:` in
+/// `<procfs>/driver/nvidia/gpus/<pci>/information`, but the driver takes a
+/// runtime-PM reference to answer that read: reading it wakes a suspended
+/// GPU. So a suspended GPU's file is not read. The driver numbers GPUs from
+/// 0 in probe order, so when it is the only GPU bound to `nvidia` its minor
+/// is 0 for certain; with several suspended ones the minor is unknown (null).
+pub fn device_minor(procfs: &Path, gpu: &PciFunction, nvidia_gpus: usize) -> Option<u32> {
+    if gpu.runtime_status.as_deref() == Some("suspended") {
+        return (nvidia_gpus == 1).then_some(0);
+    }
+    let path = procfs.join(format!("driver/nvidia/gpus/{}/information", gpu.addr));
     let text = std::fs::read_to_string(path).ok()?;
     parse_minor(&text)
 }
