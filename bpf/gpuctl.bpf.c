@@ -4,15 +4,31 @@
  *
  * Device nodes are matched by device number (major:minor), never by path, so
  * every path, bind mount and container view of a node is covered. The loader
- * (src/bpf.rs) fills `blocked_devs` from the plan and attaches a program only
- * while something is blocked.
+ * (src/bpf.rs) fills the maps from the plan and attaches programs only while
+ * something is blocked; the smart-mode hooks only while the mode is smart.
+ *
+ * Two enforcement backends share the maps and the decision (`decide`):
+ * - cgroup/dev (any cgroup-v2 system): a denied open fails with EPERM.
+ * - lsm/file_open + lsm/inode_getattr (BPF LSM active): the node looks
+ *   absent (ENOENT); the blocked GPU's sysfs config/resource/rom files too.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_tracing.h>
 #include "gpuctl.h"
 
 char LICENSE[] SEC("license") = "GPL";
+
+/* Macros, not BTF: defined here (values from the kernel's UAPI headers). */
+#define EPERM 1
+#define ENOENT 2
+#define S_IFMT 00170000
+#define S_IFCHR 0020000
+#define S_IFREG 0100000
+#define SYSFS_MAGIC 0x62656572
+#define MINORBITS 20
+#define MINORMASK ((1U << MINORBITS) - 1)
 
 /*
  * Load-time constants, set by the loader between open and load. Branches on
@@ -22,12 +38,24 @@ const volatile __u32 log_level = GPUCTL_LOG_OFF;
 /* The daemon's own tgid: it may always open every node. */
 const volatile __u32 daemon_tgid = 0;
 
+/* Run-time settings (GPUCTL_SMART_*, GPUCTL_EVENTS_ON), written by the daemon. */
+__u32 smart_cfg = 0;
+/* Grants refused because `grants` was full (the process was denied). */
+__u64 grants_full = 0;
+
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, GPUCTL_MAX_NODES);
 	__type(key, struct dev_key);
 	__type(value, struct dev_rule);
 } blocked_devs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GPUCTL_MAX_FILES);
+	__type(key, struct file_key);
+	__type(value, struct dev_rule);
+} blocked_files SEC(".maps");
 
 /* Per-GPU count of denied opens; per-CPU so the hot path takes no lock. */
 struct {
@@ -37,20 +65,106 @@ struct {
 	__type(value, __u64);
 } denied SEC(".maps");
 
-static __always_inline bool is_daemon(void)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GPUCTL_MAX_GRANTS);
+	__type(key, __u32);
+	__type(value, struct grant);
+} grants SEC(".maps");
 
-	return task->tgid == daemon_tgid;
-}
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GPUCTL_MAX_APPS);
+	__type(key, struct file_key);
+	__type(value, struct app_rule);
+} apps SEC(".maps");
 
-static __always_inline void count_denied(const struct dev_rule *rule)
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 64 * 1024);
+} events SEC(".maps");
+
+struct rate {
+	__u64 window;
+	__u64 count;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rate);
+} event_rate SEC(".maps");
+
+struct env_buf {
+	char s[GPUCTL_ENV_STR_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct env_buf);
+} env_scratch SEC(".maps");
+
+static __always_inline void count_denied(__u32 gpu)
 {
-	__u32 gpu = rule->gpu;
 	__u64 *cnt = bpf_map_lookup_elem(&denied, &gpu);
 
 	if (cnt)
 		*cnt += 1;
+}
+
+/* Rate-limited (per CPU) denial event, only while someone listens. */
+static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u32 major,
+					__u32 minor)
+{
+	struct deny_event *e;
+	struct rate *r;
+	__u32 zero = 0;
+	__u64 now;
+
+	if (!(smart_cfg & GPUCTL_EVENTS_ON))
+		return;
+	r = bpf_map_lookup_elem(&event_rate, &zero);
+	if (!r)
+		return;
+	now = bpf_ktime_get_ns() / 1000000000ULL;
+	if (r->window != now) {
+		r->window = now;
+		r->count = 0;
+	}
+	if (r->count >= GPUCTL_EVENTS_PER_SEC)
+		return;
+	r->count += 1;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e)
+		return;
+	e->pid = BPF_CORE_READ(task, tgid);
+	e->gpu = gpu;
+	e->major = major;
+	e->minor = minor;
+	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
+	bpf_ringbuf_submit(e, 0);
+}
+
+/*
+ * The decision, once a blocked node matched: true to deny. The daemon is
+ * exempt; in smart mode a grant for the node's GPU lets the process through;
+ * a default-GPU node (ONLY_HIDE) is denied only to exclusive-grant trees.
+ */
+static __always_inline bool decide(const struct dev_rule *rule, __u32 tgid)
+{
+	struct grant *g;
+
+	if (tgid == daemon_tgid)
+		return false;
+	if (!(rule->flags & (GPUCTL_RULE_GRANTABLE | GPUCTL_RULE_ONLY_HIDE)))
+		return true;
+	g = bpf_map_lookup_elem(&grants, &tgid);
+	if (rule->flags & GPUCTL_RULE_ONLY_HIDE)
+		return g && (g->flags & GPUCTL_GRANT_ONLY) && !(g->gpus & (1U << (rule->gpu & 31)));
+	return !(g && (g->gpus & (1U << (rule->gpu & 31))));
 }
 
 /*
@@ -63,6 +177,7 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 {
 	__u32 type = ctx->access_type & 0xffff;
 	__u32 access = ctx->access_type >> 16;
+	struct task_struct *task;
 	struct dev_key key;
 	struct dev_rule *rule;
 
@@ -77,11 +192,213 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 	rule = bpf_map_lookup_elem(&blocked_devs, &key);
 	if (!rule)
 		return 1;
-	if (is_daemon())
+	task = bpf_get_current_task_btf();
+	if (!decide(rule, BPF_CORE_READ(task, tgid)))
 		return 1;
 
-	count_denied(rule);
-	if (log_level >= GPUCTL_LOG_DEBUG)
+	count_denied(rule->gpu);
+	emit_denied(task, rule->gpu, key.major, key.minor);
+	if (log_level >= GPUCTL_LOG_DENY)
 		bpf_printk("gpuctl: denied %u:%u", key.major, key.minor);
+	return 0;
+}
+
+/*
+ * LSM backend: the shared check of file_open and inode_getattr. Returns the
+ * rule that denies `inode` to the current task, or NULL. Anything that is
+ * not a char device (or, for opens, a sysfs file) leaves after one load.
+ */
+static __always_inline struct dev_rule *lsm_check(struct inode *inode, bool files,
+						  struct dev_key *devkey)
+{
+	umode_t mode = BPF_CORE_READ(inode, i_mode);
+	struct dev_rule *rule;
+	__u32 tgid;
+
+	if ((mode & S_IFMT) == S_IFCHR) {
+		dev_t rdev = BPF_CORE_READ(inode, i_rdev);
+
+		devkey->major = rdev >> MINORBITS;
+		devkey->minor = rdev & MINORMASK;
+		rule = bpf_map_lookup_elem(&blocked_devs, devkey);
+	} else if (files && (mode & S_IFMT) == S_IFREG) {
+		struct super_block *sb = BPF_CORE_READ(inode, i_sb);
+		struct file_key fkey = {};
+
+		if (BPF_CORE_READ(sb, s_magic) != SYSFS_MAGIC)
+			return NULL;
+		fkey.dev = BPF_CORE_READ(sb, s_dev);
+		fkey.ino = BPF_CORE_READ(inode, i_ino);
+		devkey->major = 0;
+		devkey->minor = 0;
+		rule = bpf_map_lookup_elem(&blocked_files, &fkey);
+	} else {
+		return NULL;
+	}
+	if (!rule)
+		return NULL;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	return decide(rule, tgid) ? rule : NULL;
+}
+
+SEC("lsm/file_open")
+int BPF_PROG(gpuctl_file_open, struct file *file)
+{
+	struct dev_key key;
+	struct dev_rule *rule = lsm_check(BPF_CORE_READ(file, f_inode), true, &key);
+
+	if (!rule)
+		return 0;
+	count_denied(rule->gpu);
+	emit_denied(bpf_get_current_task_btf(), rule->gpu, key.major, key.minor);
+	if (log_level >= GPUCTL_LOG_DENY)
+		bpf_printk("gpuctl: denied open of %u:%u", key.major, key.minor);
+	return -ENOENT;
+}
+
+/* So `stat` agrees with `open`: a blocked node looks absent. */
+SEC("lsm/inode_getattr")
+int BPF_PROG(gpuctl_inode_getattr, const struct path *path)
+{
+	struct dev_key key;
+	struct inode *inode = BPF_CORE_READ(path, dentry, d_inode);
+
+	if (!inode || !lsm_check(inode, false, &key))
+		return 0;
+	return -ENOENT;
+}
+
+/*
+ * Smart mode. A grant belongs to a thread group (tgid), is copied to every
+ * new process at fork, survives exec, and is dropped when the last thread
+ * exits. Decided here, at fork and exec, so no process runs before its
+ * grant exists; the daemon does no work per launch.
+ */
+static __always_inline void put_grant(__u32 tgid, const struct grant *g)
+{
+	if (bpf_map_update_elem(&grants, &tgid, g, BPF_ANY))
+		__sync_fetch_and_add(&grants_full, 1);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(gpuctl_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid;
+	__u32 ctgid = child->tgid;
+	struct grant *g;
+
+	/* A new thread joins its group's grant; only new processes copy it. */
+	if (ptgid == ctgid)
+		return 0;
+	g = bpf_map_lookup_elem(&grants, &ptgid);
+	if (g) {
+		struct grant copy = *g;
+
+		put_grant(ctgid, &copy);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(gpuctl_exit, struct task_struct *p)
+{
+	__u32 tgid = p->tgid;
+
+	/* `live` is decremented before this tracepoint: 0 means last thread. */
+	if (BPF_CORE_READ(p, signal, live.counter) == 0)
+		bpf_map_delete_elem(&grants, &tgid);
+	return 0;
+}
+
+static __always_inline bool has_prefix(const char *s, const char *prefix, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (s[i] != prefix[i])
+			return false;
+	return true;
+}
+
+/* DRI_PRIME=<non-empty, not "0"> or __NV_PRIME_RENDER_OFFLOAD=1. */
+static __always_inline bool offload_env(const char *s)
+{
+	if (has_prefix(s, "DRI_PRIME=", 10))
+		return s[10] != 0 && !(s[10] == '0' && s[11] == 0);
+	if (has_prefix(s, "__NV_PRIME_RENDER_OFFLOAD=1", 27))
+		return s[27] == 0;
+	return false;
+}
+
+struct env_scan {
+	__u64 p;
+	__u64 end;
+	bool cont;
+	bool found;
+};
+
+static long env_step(__u32 i, void *data)
+{
+	struct env_scan *c = data;
+	struct env_buf *buf;
+	__u32 zero = 0;
+	long n;
+
+	if (c->p >= c->end)
+		return 1;
+	buf = bpf_map_lookup_elem(&env_scratch, &zero);
+	if (!buf)
+		return 1;
+	n = bpf_probe_read_user_str(buf->s, sizeof(buf->s), (const void *)c->p);
+	if (n <= 0)
+		return 1;
+	if (!c->cont && offload_env(buf->s)) {
+		c->found = true;
+		return 1;
+	}
+	/* A string longer than the buffer: continue it, not a new string. */
+	c->cont = n == sizeof(buf->s);
+	c->p += c->cont ? n - 1 : n;
+	return 0;
+}
+
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
+{
+	__u32 tgid = p->tgid;
+	struct file_key fkey = {};
+	struct inode *inode;
+	struct app_rule *app;
+	struct env_scan scan = {};
+	struct grant g = {};
+
+	inode = BPF_CORE_READ(bprm, file, f_inode);
+	fkey.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	fkey.ino = BPF_CORE_READ(inode, i_ino);
+	app = bpf_map_lookup_elem(&apps, &fkey);
+	if (app) {
+		if (!app->allow) {
+			bpf_map_delete_elem(&grants, &tgid);
+			return 0;
+		}
+		g.gpus = app->gpus;
+		g.how = GPUCTL_GRANT_APP;
+		put_grant(tgid, &g);
+		return 0;
+	}
+	/* Already granted (inherited or `gpuctl run`): the grant survives exec. */
+	if (bpf_map_lookup_elem(&grants, &tgid))
+		return 0;
+	if (!(smart_cfg & GPUCTL_SMART_ENV))
+		return 0;
+
+	scan.p = BPF_CORE_READ(p, mm, env_start);
+	scan.end = BPF_CORE_READ(p, mm, env_end);
+	bpf_loop(GPUCTL_ENV_MAX_STRINGS, env_step, &scan, 0);
+	if (!scan.found)
+		return 0;
+	g.gpus = ~0U;
+	g.how = GPUCTL_GRANT_ENV;
+	put_grant(tgid, &g);
+	if (log_level >= GPUCTL_LOG_DEBUG)
+		bpf_printk("gpuctl: env grant for %u", tgid);
 	return 0;
 }

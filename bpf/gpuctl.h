@@ -7,15 +7,56 @@
 #ifndef GPUCTL_H
 #define GPUCTL_H
 
-/* Most GPUs one machine can have; a GPU's id indexes `denied`. */
+/* Most GPUs one machine can have; a GPU's id indexes `denied` and grant masks. */
 #define GPUCTL_MAX_GPUS 32
 /* Device numbers that can be blocked at once (cardN, renderDN, nvidiaN, nvidiactl). */
 #define GPUCTL_MAX_NODES 256
+/* Protected sysfs files (config, resource*, rom of blocked GPUs). */
+#define GPUCTL_MAX_FILES 256
+/* Processes holding a grant at once; past this a new grant is refused (denied). */
+#define GPUCTL_MAX_GRANTS 8192
+/* Executables with an app policy. */
+#define GPUCTL_MAX_APPS 1024
+/* Longest environment string the exec scan copies in one step. */
+#define GPUCTL_ENV_STR_MAX 4096
+/* Most environment strings the exec scan looks at. */
+#define GPUCTL_ENV_MAX_STRINGS 512
+/* Denial events per CPU per second, at most. */
+#define GPUCTL_EVENTS_PER_SEC 64
 
 enum gpuctl_log_level {
 	GPUCTL_LOG_OFF = 0,
 	GPUCTL_LOG_DENY = 1,
 	GPUCTL_LOG_DEBUG = 2,
+};
+
+/* dev_rule.flags */
+enum {
+	/* Smart mode: a grant for this GPU lets the process through. */
+	GPUCTL_RULE_GRANTABLE = 1,
+	/* The default GPU's node: denied only to trees with an exclusive grant. */
+	GPUCTL_RULE_ONLY_HIDE = 2,
+};
+
+/* grant.how */
+enum {
+	GPUCTL_GRANT_RUN = 1,
+	GPUCTL_GRANT_ENV = 2,
+	GPUCTL_GRANT_APP = 3,
+};
+
+/* grant.flags */
+enum {
+	/* `gpuctl run --only`: the tree sees only its granted GPUs. */
+	GPUCTL_GRANT_ONLY = 1,
+};
+
+/* smart_cfg bits (.bss, changed at run time) */
+enum {
+	/* Grant processes exec'd with DRI_PRIME / __NV_PRIME_RENDER_OFFLOAD. */
+	GPUCTL_SMART_ENV = 1,
+	/* Emit denial events to the ring buffer (someone listens). */
+	GPUCTL_EVENTS_ON = 2,
 };
 
 /* Key of `blocked_devs`: a character device number as the kernel sees it. */
@@ -29,6 +70,38 @@ struct dev_rule {
 	/* gpuctl id of the GPU that owns the node; indexes `denied`. */
 	__u32 gpu;
 	__u32 flags;
+};
+
+/* Key of `blocked_files` and `apps`: a file as the kernel identifies it. */
+struct file_key {
+	/* Kernel dev_t of the superblock: major << 20 | minor. */
+	__u32 dev;
+	__u32 pad;
+	__u64 ino;
+};
+
+/* Value of `grants` (key: tgid). */
+struct grant {
+	/* Bit N: GPU id N may be opened. */
+	__u32 gpus;
+	__u16 how;
+	__u16 flags;
+};
+
+/* Value of `apps`. */
+struct app_rule {
+	__u32 gpus;
+	/* 1: grant at exec; 0: never grant (and drop an inherited grant). */
+	__u32 allow;
+};
+
+/* A denied open, for `gpuctl events`. */
+struct deny_event {
+	__u32 pid;
+	__u32 gpu;
+	__u32 major;
+	__u32 minor;
+	char comm[16];
 };
 
 #endif /* GPUCTL_H */

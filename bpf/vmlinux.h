@@ -79,10 +79,53 @@ enum {
 };
 
 /* Kernel structs: field names only; offsets come from the kernel's BTF. */
+typedef struct {
+	int counter;
+} atomic_t;
+
+struct signal_struct {
+	atomic_t live;
+} __attribute__((preserve_access_index));
+
+struct mm_struct {
+	unsigned long env_start;
+	unsigned long env_end;
+} __attribute__((preserve_access_index));
+
 struct task_struct {
 	pid_t pid;
 	pid_t tgid;
 	char comm[16];
+	struct mm_struct *mm;
+	struct signal_struct *signal;
+} __attribute__((preserve_access_index));
+
+struct super_block {
+	dev_t s_dev;
+	unsigned long s_magic;
+} __attribute__((preserve_access_index));
+
+struct inode {
+	umode_t i_mode;
+	dev_t i_rdev;
+	unsigned long i_ino;
+	struct super_block *i_sb;
+} __attribute__((preserve_access_index));
+
+struct dentry {
+	struct inode *d_inode;
+} __attribute__((preserve_access_index));
+
+struct path {
+	struct dentry *dentry;
+} __attribute__((preserve_access_index));
+
+struct file {
+	struct inode *f_inode;
+} __attribute__((preserve_access_index));
+
+struct linux_binprm {
+	struct file *file;
 } __attribute__((preserve_access_index));
 
 #endif /* GPUCTL_VMLINUX_H */

@@ -1,20 +1,22 @@
 //! The enforcer: the only code that touches BPF. It loads the embedded
-//! object, applies a [`Plan`] to the kernel maps, and attaches the blocking
-//! program only while something is blocked. It holds no policy.
+//! object, applies a [`Plan`] to the kernel maps, and attaches programs only
+//! while they have something to do. It holds no policy.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags};
+use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::DevNum;
-use crate::policy::Plan;
+use crate::gpu::{DevNum, FileId};
+use crate::policy::{NodeRule, Plan};
 
 #[allow(
     clippy::all,
@@ -27,15 +29,19 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/gpuctl.skel.rs"));
 }
 
-use skel::{GpuctlSkel, GpuctlSkelBuilder};
+use skel::{GpuctlSkel, GpuctlSkelBuilder, OpenGpuctlSkel};
 
 /// Mirrors `GPUCTL_MAX_GPUS` in `bpf/gpuctl.h`.
 pub const MAX_GPUS: u32 = 32;
+const SMART_ENV: u32 = 1;
+const EVENTS_ON: u32 = 2;
 
 /// How blocking is enforced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
+    /// `lsm/file_open` + `lsm/inode_getattr`: the node looks absent (ENOENT).
+    Lsm,
     /// `cgroup/dev` on the cgroup-v2 root: opens fail with EPERM.
     Cgroup,
 }
@@ -43,16 +49,22 @@ pub enum Backend {
 impl Backend {
     pub fn as_str(self) -> &'static str {
         match self {
+            Backend::Lsm => "lsm",
             Backend::Cgroup => "cgroup",
         }
     }
 
-    /// What a user should know this backend does not do.
+    /// What a user should know this backend does and does not do.
     pub fn limits(self) -> &'static str {
         match self {
+            Backend::Lsm => {
+                "blocked nodes look absent (ENOENT, and stat agrees); the blocked GPU's sysfs \
+                 config, resourceN and rom files are denied too, so lspci cannot wake it"
+            }
             Backend::Cgroup => {
                 "blocks opens of the GPU's character devices (EPERM); sysfs files that wake \
-                 the GPU (PCI config, resource, rom: lspci reads them) are not covered"
+                 the GPU (PCI config, resourceN, rom: lspci reads them) are not covered \
+                 (the lsm backend covers them)"
             }
         }
     }
@@ -85,34 +97,124 @@ impl LogLevel {
 }
 
 pub struct Options {
-    /// The cgroup-v2 directory to attach to; `None`: the cgroup-v2 root.
+    pub backend: Backend,
+    /// The cgroup-v2 directory to attach to (cgroup backend); `None`: the
+    /// cgroup-v2 root.
     pub cgroup: Option<PathBuf>,
     pub log_level: LogLevel,
     /// Exempt from every block (the daemon itself).
     pub daemon_tgid: u32,
 }
 
-/// Owns the loaded BPF object and the attachment. Dropping it detaches
+/// How a process got its grant (`struct grant.how`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GrantHow {
+    Run,
+    Env,
+    App,
+    Unknown,
+}
+
+impl GrantHow {
+    fn raw(self) -> u16 {
+        match self {
+            GrantHow::Run => 1,
+            GrantHow::Env => 2,
+            GrantHow::App => 3,
+            GrantHow::Unknown => 0,
+        }
+    }
+    fn from_raw(v: u16) -> Self {
+        match v {
+            1 => GrantHow::Run,
+            2 => GrantHow::Env,
+            3 => GrantHow::App,
+            _ => GrantHow::Unknown,
+        }
+    }
+}
+
+/// One entry of the kernel's grant map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub pid: u32,
+    /// Bit N: GPU id N.
+    pub gpus: u32,
+    pub how: GrantHow,
+    pub only: bool,
+}
+
+/// A denied open reported by the kernel (`struct deny_event`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DenyEvent {
+    pub pid: u32,
+    pub comm: String,
+    pub gpu: u32,
+    /// `226:0`; `0:0` for a sysfs file.
+    pub node: DevNum,
+}
+
+impl DenyEvent {
+    fn parse(b: &[u8]) -> Option<DenyEvent> {
+        let u = |i: usize| -> Option<u32> {
+            Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
+        };
+        let comm = b.get(16..32)?;
+        let end = comm.iter().position(|&c| c == 0).unwrap_or(comm.len());
+        Some(DenyEvent {
+            pid: u(0)?,
+            gpu: u(4)?,
+            node: DevNum::new(u(8)?, u(12)?),
+            comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
+        })
+    }
+}
+
+/// Owns the loaded BPF object and every attachment. Dropping it detaches
 /// everything (links are never pinned: fail-open if the daemon dies).
 pub struct Enforcer {
     skel: GpuctlSkel<'static>,
     backend: Backend,
-    cgroup_path: PathBuf,
-    cgroup: OwnedFd,
-    link: Option<Link>,
-    applied: BTreeMap<DevNum, u32>,
+    cgroup_path: Option<PathBuf>,
+    cgroup: Option<OwnedFd>,
+    /// Enforcement links (cgroup/dev, or the two LSM hooks).
+    block_links: Vec<Link>,
+    /// Smart-mode fork/exec/exit links.
+    smart_links: Vec<Link>,
+    nodes: BTreeMap<DevNum, NodeRule>,
+    files: BTreeMap<FileId, u32>,
+    events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
 }
 
-fn key_bytes(d: DevNum) -> [u8; 8] {
+fn dev_key(d: DevNum) -> [u8; 8] {
     let mut k = [0u8; 8];
     k[..4].copy_from_slice(&d.major.to_ne_bytes());
     k[4..].copy_from_slice(&d.minor.to_ne_bytes());
     k
 }
 
-fn rule_bytes(gpu: u32) -> [u8; 8] {
+fn rule_bytes(r: NodeRule) -> [u8; 8] {
     let mut v = [0u8; 8];
-    v[..4].copy_from_slice(&gpu.to_ne_bytes());
+    v[..4].copy_from_slice(&r.gpu.to_ne_bytes());
+    v[4..].copy_from_slice(&r.flags.to_ne_bytes());
+    v
+}
+
+/// `struct file_key`: the kernel's `dev_t` (major << 20 | minor) and inode.
+pub fn file_key(f: FileId) -> [u8; 16] {
+    let mut k = [0u8; 16];
+    let dev = (f.dev.major << 20) | (f.dev.minor & 0xfffff);
+    k[..4].copy_from_slice(&dev.to_ne_bytes());
+    k[8..].copy_from_slice(&f.ino.to_ne_bytes());
+    k
+}
+
+fn grant_bytes(gpus: u32, how: GrantHow, only: bool) -> [u8; 8] {
+    let mut v = [0u8; 8];
+    v[..4].copy_from_slice(&gpus.to_ne_bytes());
+    v[4..6].copy_from_slice(&how.raw().to_ne_bytes());
+    v[6..].copy_from_slice(&u16::from(only).to_ne_bytes());
     v
 }
 
@@ -146,12 +248,9 @@ fn unescape_mountinfo(s: &str) -> String {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
-            out.push(v);
+        let octal = i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c));
+        if b[i] == b'\\' && octal {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
             i += 4;
         } else {
             out.push(b[i]);
@@ -170,99 +269,209 @@ fn open_cgroup(path: &Path) -> Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
+/// Opens the embedded object with `.rodata` set and only the programs the
+/// backend needs marked for loading.
+fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
+    // The skeleton borrows its object storage for its whole life; a daemon
+    // opens one or two objects per run, so the storage (a few hundred
+    // bytes) is leaked on purpose to give it a 'static lifetime.
+    let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
+        Box::leak(Box::new(MaybeUninit::uninit()));
+    let mut open = GpuctlSkelBuilder::default()
+        .open(storage)
+        .context("opening the embedded BPF object")?;
+    let rodata = open
+        .maps
+        .rodata_data
+        .as_deref_mut()
+        .context("the BPF object has no .rodata section")?;
+    rodata.log_level = opts.log_level.raw();
+    rodata.daemon_tgid = opts.daemon_tgid;
+    let lsm = opts.backend == Backend::Lsm;
+    open.progs.gpuctl_file_open.set_autoload(lsm);
+    open.progs.gpuctl_inode_getattr.set_autoload(lsm);
+    open.progs.gpuctl_cgroup_dev.set_autoload(!lsm);
+    Ok(open)
+}
+
 impl Enforcer {
-    /// Opens, configures (`.rodata`) and loads the BPF object. Attaches
-    /// nothing: call [`Enforcer::apply`].
+    /// Opens, configures (`.rodata`) and loads the BPF object for one
+    /// backend. Attaches nothing: call [`Enforcer::apply`].
     pub fn load(opts: &Options) -> Result<Self> {
-        let cgroup_path = match &opts.cgroup {
-            Some(p) => p.clone(),
-            None => {
-                let mi = std::fs::read_to_string("/proc/self/mountinfo")
-                    .context("reading /proc/self/mountinfo")?;
-                cgroup2_mount(&mi).context(
-                    "no cgroup-v2 hierarchy is mounted (the cgroup backend attaches to it)",
-                )?
+        let (cgroup_path, cgroup) = match opts.backend {
+            Backend::Lsm => (None, None),
+            Backend::Cgroup => {
+                let path = match &opts.cgroup {
+                    Some(p) => p.clone(),
+                    None => {
+                        let mi = std::fs::read_to_string("/proc/self/mountinfo")
+                            .context("reading /proc/self/mountinfo")?;
+                        cgroup2_mount(&mi).context(
+                            "no cgroup-v2 hierarchy is mounted (the cgroup backend attaches to it)",
+                        )?
+                    }
+                };
+                let fd = open_cgroup(&path)?;
+                (Some(path), Some(fd))
             }
         };
-        let cgroup = open_cgroup(&cgroup_path)?;
-
-        // The skeleton borrows its object storage for its whole life; the
-        // daemon loads one object per run, so the storage is leaked on
-        // purpose (a few hundred bytes) to give it a 'static lifetime.
-        let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
-            Box::leak(Box::new(MaybeUninit::uninit()));
-        let mut open = GpuctlSkelBuilder::default()
-            .open(storage)
-            .context("opening the embedded BPF object")?;
-        let rodata = open
-            .maps
-            .rodata_data
-            .as_deref_mut()
-            .context("the BPF object has no .rodata section")?;
-        rodata.log_level = opts.log_level.raw();
-        rodata.daemon_tgid = opts.daemon_tgid;
-        let skel = open.load().context(
-            "loading the BPF programs into the kernel (needs root or CAP_BPF+CAP_SYS_ADMIN; \
-             libbpf's messages above say what the kernel refused)",
-        )?;
-        Ok(Enforcer {
+        let skel = open_skel(opts)?.load().with_context(|| {
+            format!(
+                "loading the {} backend's BPF programs (needs root; libbpf's messages above \
+                 say what the kernel refused)",
+                opts.backend
+            )
+        })?;
+        let mut e = Enforcer {
             skel,
-            backend: Backend::Cgroup,
+            backend: opts.backend,
             cgroup_path,
             cgroup,
-            link: None,
-            applied: BTreeMap::new(),
-        })
+            block_links: Vec::new(),
+            smart_links: Vec::new(),
+            nodes: BTreeMap::new(),
+            files: BTreeMap::new(),
+            events: None,
+        };
+        if opts.backend == Backend::Lsm {
+            // Prove the kernel accepts the attachment now (trampolines can be
+            // refused even where the programs load), not at the first switch.
+            e.attach_block().context("attaching the BPF LSM programs")?;
+            e.block_links.clear();
+        }
+        Ok(e)
     }
 
     pub fn backend(&self) -> Backend {
         self.backend
     }
 
-    pub fn cgroup_path(&self) -> &Path {
-        &self.cgroup_path
+    /// The cgroup the cgroup backend governs.
+    pub fn cgroup_path(&self) -> Option<&Path> {
+        self.cgroup_path.as_deref()
     }
 
-    /// Whether a blocking program is attached right now.
+    /// Whether the blocking programs are attached right now.
     pub fn attached(&self) -> bool {
-        self.link.is_some()
+        !self.block_links.is_empty()
+    }
+
+    /// Whether the smart-mode hooks are attached right now.
+    pub fn smart_attached(&self) -> bool {
+        !self.smart_links.is_empty()
+    }
+
+    fn attach_block(&mut self) -> Result<()> {
+        let progs = &self.skel.progs;
+        match self.backend {
+            Backend::Cgroup => {
+                let fd = self
+                    .cgroup
+                    .as_ref()
+                    .context("cgroup backend without a cgroup")?;
+                let link = progs
+                    .gpuctl_cgroup_dev
+                    .attach_cgroup(fd.as_fd().as_raw_fd())
+                    .with_context(|| {
+                        format!(
+                            "attaching the cgroup/dev program to {}",
+                            self.cgroup_path
+                                .as_deref()
+                                .unwrap_or(Path::new("?"))
+                                .display()
+                        )
+                    })?;
+                self.block_links.push(link);
+            }
+            Backend::Lsm => {
+                let open = progs
+                    .gpuctl_file_open
+                    .attach_lsm()
+                    .context("lsm/file_open")?;
+                let getattr = progs
+                    .gpuctl_inode_getattr
+                    .attach_lsm()
+                    .context("lsm/inode_getattr")?;
+                self.block_links.push(open);
+                self.block_links.push(getattr);
+            }
+        }
+        Ok(())
+    }
+
+    fn attach_smart(&mut self) -> Result<()> {
+        let p = &self.skel.progs;
+        let links = [
+            p.gpuctl_fork
+                .attach()
+                .context("tp_btf/sched_process_fork")?,
+            p.gpuctl_exec
+                .attach()
+                .context("tp_btf/sched_process_exec")?,
+            p.gpuctl_exit
+                .attach()
+                .context("tp_btf/sched_process_exit")?,
+        ];
+        self.smart_links.extend(links);
+        Ok(())
     }
 
     /// Makes the kernel enforce `plan`: map entries first, then attach (so
     /// nothing is attached half-filled); detach first when nothing is left.
     pub fn apply(&mut self, plan: &Plan) -> Result<()> {
+        let enforce = !(plan.nodes.is_empty() && plan.files.is_empty());
+        if !enforce {
+            self.block_links.clear();
+        }
+        if !plan.smart && self.smart_attached() {
+            self.smart_links.clear();
+            self.clear_grants()?;
+        }
+
         let map = &self.skel.maps.blocked_devs;
-        if plan.is_empty() {
-            self.link = None;
+        for dev in self.nodes.keys().filter(|d| !plan.nodes.contains_key(d)) {
+            map.delete(&dev_key(*dev))
+                .with_context(|| format!("unblocking {dev} in the kernel map"))?;
         }
-        for dev in self.applied.keys() {
-            if !plan.nodes.contains_key(dev) {
-                map.delete(&key_bytes(*dev))
-                    .with_context(|| format!("unblocking {dev} in the kernel map"))?;
+        self.nodes.retain(|d, _| plan.nodes.contains_key(d));
+        for (dev, rule) in &plan.nodes {
+            if rule.gpu >= MAX_GPUS {
+                bail!(
+                    "GPU id {} is beyond the {MAX_GPUS} GPUs gpuctl can count",
+                    rule.gpu
+                );
+            }
+            if self.nodes.get(dev) != Some(rule) {
+                map.update(&dev_key(*dev), &rule_bytes(*rule), MapFlags::ANY)
+                    .with_context(|| format!("blocking {dev} in the kernel map"))?;
+                self.nodes.insert(*dev, *rule);
             }
         }
-        self.applied.retain(|d, _| plan.nodes.contains_key(d));
-        for (dev, gpu) in &plan.nodes {
-            if *gpu >= MAX_GPUS {
-                bail!("GPU id {gpu} is beyond the {MAX_GPUS} GPUs gpuctl can count");
+
+        // Sysfs files are checked only by the lsm backend.
+        if self.backend == Backend::Lsm {
+            let fmap = &self.skel.maps.blocked_files;
+            for f in self.files.keys().filter(|f| !plan.files.contains_key(f)) {
+                fmap.delete(&file_key(*f))
+                    .context("unprotecting a sysfs file")?;
             }
-            map.update(&key_bytes(*dev), &rule_bytes(*gpu), MapFlags::ANY)
-                .with_context(|| format!("blocking {dev} in the kernel map"))?;
-            self.applied.insert(*dev, *gpu);
+            self.files.retain(|f, _| plan.files.contains_key(f));
+            for (f, gpu) in &plan.files {
+                let rule = NodeRule {
+                    gpu: *gpu,
+                    flags: 0,
+                };
+                fmap.update(&file_key(*f), &rule_bytes(rule), MapFlags::ANY)
+                    .context("protecting a sysfs file")?;
+                self.files.insert(*f, *gpu);
+            }
         }
-        if !plan.is_empty() && self.link.is_none() {
-            let link = self
-                .skel
-                .progs
-                .gpuctl_cgroup_dev
-                .attach_cgroup(self.cgroup.as_fd().as_raw_fd())
-                .with_context(|| {
-                    format!(
-                        "attaching the cgroup/dev program to {}",
-                        self.cgroup_path.display()
-                    )
-                })?;
-            self.link = Some(link);
+
+        if plan.smart && !self.smart_attached() {
+            self.attach_smart()?;
+        }
+        if enforce && !self.attached() {
+            self.attach_block()?;
         }
         Ok(())
     }
@@ -284,6 +493,148 @@ impl Enforcer {
             })
             .collect()
     }
+
+    fn bss(&mut self) -> Result<&mut skel::types::bss> {
+        self.skel
+            .maps
+            .bss_data
+            .as_deref_mut()
+            .context("the BPF object has no .bss")
+    }
+
+    fn set_cfg_bit(&mut self, bit: u32, on: bool) -> Result<()> {
+        let bss = self.bss()?;
+        let v = if on {
+            bss.smart_cfg | bit
+        } else {
+            bss.smart_cfg & !bit
+        };
+        // SAFETY: `smart_cfg` is a valid, aligned u32 in the mmap'ed .bss;
+        // a volatile store makes the write visible to the kernel now.
+        unsafe { std::ptr::write_volatile(&mut bss.smart_cfg, v) };
+        Ok(())
+    }
+
+    /// Whether exec'ing with `DRI_PRIME`/`__NV_PRIME_RENDER_OFFLOAD` grants.
+    pub fn set_env_grants(&mut self, on: bool) -> Result<()> {
+        self.set_cfg_bit(SMART_ENV, on)
+    }
+
+    /// Grants that could not be stored because the map was full.
+    pub fn grants_full(&mut self) -> Result<u64> {
+        let bss = self.bss()?;
+        // SAFETY: valid aligned u64 in the mmap'ed .bss, written by BPF.
+        Ok(unsafe { std::ptr::read_volatile(&bss.grants_full) })
+    }
+
+    /// Grants `pid`'s thread group access to the GPUs in `gpus`; every
+    /// process it forks from now on inherits it.
+    pub fn grant(&self, pid: u32, gpus: u32, how: GrantHow, only: bool) -> Result<()> {
+        self.skel
+            .maps
+            .grants
+            .update(
+                &pid.to_ne_bytes(),
+                &grant_bytes(gpus, how, only),
+                MapFlags::ANY,
+            )
+            .with_context(|| format!("granting pid {pid} (the grant map may be full)"))
+    }
+
+    /// Every live grant.
+    pub fn grants(&self) -> Vec<Grant> {
+        let map = &self.skel.maps.grants;
+        map.keys()
+            .filter_map(|k| {
+                let pid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
+                let v = map.lookup(&k, MapFlags::ANY).ok()??;
+                Some(Grant {
+                    pid,
+                    gpus: u32::from_ne_bytes(v.get(..4)?.try_into().ok()?),
+                    how: GrantHow::from_raw(u16::from_ne_bytes(v.get(4..6)?.try_into().ok()?)),
+                    only: u16::from_ne_bytes(v.get(6..8)?.try_into().ok()?) & 1 != 0,
+                })
+            })
+            .collect()
+    }
+
+    fn clear_grants(&self) -> Result<()> {
+        let map = &self.skel.maps.grants;
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        for k in keys {
+            // A grant can vanish meanwhile (its process exited).
+            let _ = map.delete(&k);
+        }
+        Ok(())
+    }
+
+    /// Sets (or, with `None`, removes) the app rule of an executable.
+    pub fn set_app(&self, file: FileId, rule: Option<(u32, bool)>) -> Result<()> {
+        let map = &self.skel.maps.apps;
+        let key = file_key(file);
+        match rule {
+            Some((gpus, allow)) => {
+                let mut v = [0u8; 8];
+                v[..4].copy_from_slice(&gpus.to_ne_bytes());
+                v[4..].copy_from_slice(&u32::from(allow).to_ne_bytes());
+                map.update(&key, &v, MapFlags::ANY)
+                    .context("storing an app rule")
+            }
+            None => match map.delete(&key) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e).context("removing an app rule"),
+            },
+        }
+    }
+
+    /// Starts (or stops) the kernel's denial events. While on, the returned
+    /// fd becomes readable when events are queued; call [`Enforcer::drain_events`].
+    pub fn set_events(&mut self, on: bool) -> Result<()> {
+        if on && self.events.is_none() {
+            let queue: Rc<RefCell<Vec<DenyEvent>>> = Rc::default();
+            let q = Rc::clone(&queue);
+            let mut b = RingBufferBuilder::new();
+            b.add(&self.skel.maps.events, move |data: &[u8]| {
+                if let Some(e) = DenyEvent::parse(data) {
+                    q.borrow_mut().push(e);
+                }
+                0
+            })
+            .context("setting up the event ring buffer")?;
+            self.events = Some((b.build().context("building the event ring buffer")?, queue));
+        }
+        if !on {
+            self.events = None;
+        }
+        self.set_cfg_bit(EVENTS_ON, on)
+    }
+
+    /// The fd to poll for events, while events are on.
+    pub fn events_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.events.as_ref().map(|(rb, _)| {
+            // SAFETY: the epoll fd is owned by the ring buffer, which lives
+            // in `self` at least as long as the returned borrow.
+            unsafe { BorrowedFd::borrow_raw(rb.epoll_fd()) }
+        })
+    }
+
+    /// Every queued denial event.
+    pub fn drain_events(&mut self) -> Vec<DenyEvent> {
+        match &self.events {
+            Some((rb, queue)) => {
+                let _ = rb.consume();
+                std::mem::take(&mut *queue.borrow_mut())
+            }
+            None => Vec::new(),
+        }
+    }
+}
+
+/// Whether the running kernel has the BPF LSM active, from the text of
+/// `/sys/kernel/security/lsm`.
+pub fn bpf_lsm_active(lsm_list: &str) -> bool {
+    lsm_list.trim().split(',').any(|l| l == "bpf")
 }
 
 #[cfg(test)]
@@ -309,13 +660,63 @@ mod tests {
 
     #[test]
     fn map_layouts_match_the_c_structs() {
+        use std::mem::size_of;
         assert_eq!(
-            std::mem::size_of::<skel::types::dev_key>(),
-            key_bytes(DevNum::new(0, 0)).len()
+            size_of::<skel::types::dev_key>(),
+            dev_key(DevNum::new(0, 0)).len()
         );
+        let r = NodeRule { gpu: 0, flags: 0 };
+        assert_eq!(size_of::<skel::types::dev_rule>(), rule_bytes(r).len());
+        let f = FileId {
+            dev: DevNum::new(0, 22),
+            ino: 1,
+        };
+        assert_eq!(size_of::<skel::types::file_key>(), file_key(f).len());
         assert_eq!(
-            std::mem::size_of::<skel::types::dev_rule>(),
-            rule_bytes(0).len()
+            size_of::<skel::types::grant>(),
+            grant_bytes(0, GrantHow::Run, false).len()
         );
+        assert_eq!(size_of::<skel::types::app_rule>(), 8);
+        assert_eq!(size_of::<skel::types::deny_event>(), 32);
+    }
+
+    #[test]
+    fn kernel_dev_encoding() {
+        let f = FileId {
+            dev: DevNum::new(8, 3),
+            ino: 77,
+        };
+        let k = file_key(f);
+        assert_eq!(
+            u32::from_ne_bytes(k[..4].try_into().unwrap()),
+            (8 << 20) | 3
+        );
+        assert_eq!(u64::from_ne_bytes(k[8..].try_into().unwrap()), 77);
+    }
+
+    #[test]
+    fn parses_deny_events() {
+        let mut b = Vec::new();
+        for v in [42u32, 1, 226, 129] {
+            b.extend_from_slice(&v.to_ne_bytes());
+        }
+        b.extend_from_slice(b"firefox\0\0\0\0\0\0\0\0\0");
+        let e = DenyEvent::parse(&b).unwrap();
+        assert_eq!(
+            (e.pid, e.gpu, e.node, e.comm.as_str()),
+            (42, 1, DevNum::new(226, 129), "firefox")
+        );
+        assert!(DenyEvent::parse(&b[..20]).is_none());
+    }
+
+    #[test]
+    fn lsm_list() {
+        assert!(bpf_lsm_active(
+            "lockdown,capability,landlock,yama,apparmor,bpf\n"
+        ));
+        assert!(!bpf_lsm_active(
+            "lockdown,capability,landlock,yama,apparmor\n"
+        ));
+        assert!(!bpf_lsm_active(""));
     }
 }

@@ -8,7 +8,20 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{DevNum, Gpu, Inventory, PciAddr, NVIDIACTL};
+use crate::gpu::{DevNum, FileId, Gpu, Inventory, PciAddr, NVIDIACTL};
+
+/// `NodeRule::flags`: a grant for this GPU lets a process through (smart).
+pub const RULE_GRANTABLE: u32 = 1;
+/// `NodeRule::flags`: a default-GPU node, hidden only from `--only` trees.
+pub const RULE_ONLY_HIDE: u32 = 2;
+
+/// How the kernel treats one blocked device node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeRule {
+    /// The owning GPU's id.
+    pub gpu: u32,
+    pub flags: u32,
+}
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -20,15 +33,18 @@ pub enum Mode {
     Integrated,
     /// Per-GPU blocks chosen with `gpuctl block`/`unblock`.
     Manual,
+    /// Offload GPUs blocked except for processes granted access.
+    Smart,
 }
 
 impl Mode {
-    pub const ALL: [Mode; 3] = [Mode::Hybrid, Mode::Integrated, Mode::Manual];
+    pub const ALL: [Mode; 4] = [Mode::Hybrid, Mode::Integrated, Mode::Manual, Mode::Smart];
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Hybrid => "hybrid",
             Mode::Integrated => "integrated",
             Mode::Manual => "manual",
+            Mode::Smart => "smart",
         }
     }
 }
@@ -45,7 +61,9 @@ impl FromStr for Mode {
         Mode::ALL
             .into_iter()
             .find(|m| m.as_str() == s)
-            .ok_or_else(|| format!("unknown mode {s:?} (expected hybrid, integrated or manual)"))
+            .ok_or_else(|| {
+                format!("unknown mode {s:?} (expected hybrid, integrated, manual or smart)")
+            })
     }
 }
 
@@ -81,7 +99,11 @@ pub struct Skip {
 /// GPU it belongs to (for the per-GPU denied counters).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Plan {
-    pub nodes: BTreeMap<DevNum, u32>,
+    pub nodes: BTreeMap<DevNum, NodeRule>,
+    /// Sysfs files that wake a blocked GPU when read (lsm backend only).
+    pub files: BTreeMap<FileId, u32>,
+    /// Smart mode: the fork/exec/exit hooks must be attached.
+    pub smart: bool,
     /// Ids of the GPUs this plan blocks.
     pub blocked: BTreeSet<u32>,
     /// GPUs the mode asks to block but the rules protect.
@@ -89,8 +111,9 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Nothing to enforce: every program can be detached.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.nodes.is_empty() && self.files.is_empty() && !self.smart
     }
 }
 
@@ -145,14 +168,15 @@ pub fn check(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
 pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
     let targets: Vec<(&Gpu, bool)> = match choice.mode {
         Mode::Hybrid => Vec::new(),
-        Mode::Integrated => {
+        Mode::Integrated | Mode::Smart => {
             if let Some(d) = inv.default_gpu() {
                 if d.discrete == Some(true) {
                     return Err(Refusal(format!(
-                        "refused: integrated mode blocks every GPU but the default one, and \
+                        "refused: {} mode blocks every GPU but the default one, and \
                          the default GPU here is the discrete {} (a MUX laptop switched to \
                          dGPU mode, or a desktop whose firmware boots on the card); switch \
                          the MUX or firmware to the integrated GPU first",
+                        choice.mode,
                         d.label()
                     )));
                 }
@@ -175,7 +199,12 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
             .collect(),
     };
 
-    let mut out = Plan::default();
+    let smart = choice.mode == Mode::Smart;
+    let flags = if smart { RULE_GRANTABLE } else { 0 };
+    let mut out = Plan {
+        smart,
+        ..Plan::default()
+    };
     for (gpu, force) in targets {
         if let Some(reason) = protect_reason(gpu, force) {
             out.skipped.push(Skip {
@@ -186,7 +215,25 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         }
         out.blocked.insert(gpu.id);
         for n in &gpu.nodes {
-            out.nodes.insert(*n, gpu.id);
+            out.nodes.insert(*n, NodeRule { gpu: gpu.id, flags });
+        }
+        for f in &gpu.wake_files {
+            out.files.insert(*f, gpu.id);
+        }
+    }
+    // Smart mode: the default GPU stays open to everyone, except trees
+    // granted with `--only`, which see only their GPU.
+    if smart {
+        if let Some(d) = inv.default_gpu() {
+            for n in &d.nodes {
+                out.nodes.insert(
+                    *n,
+                    NodeRule {
+                        gpu: d.id,
+                        flags: RULE_ONLY_HIDE,
+                    },
+                );
+            }
         }
     }
 
@@ -198,7 +245,13 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         .filter(|g| g.is_nvidia() && g.nvidia_minor.is_some())
         .collect();
     if nvidia.len() == 1 && out.blocked.contains(&nvidia[0].id) {
-        out.nodes.insert(NVIDIACTL, nvidia[0].id);
+        out.nodes.insert(
+            NVIDIACTL,
+            NodeRule {
+                gpu: nvidia[0].id,
+                flags,
+            },
+        );
     }
     Ok(out)
 }
@@ -228,6 +281,7 @@ mod tests {
             power_state: None,
             runtime_status: None,
             displays: Vec::new(),
+            wake_files: Vec::new(),
             blocked: None,
         }
     }
@@ -272,7 +326,8 @@ mod tests {
         let p = plan(&laptop(), &choice(Mode::Integrated)).unwrap();
         assert_eq!(devs(&p), ["195:0", "195:255", "226:0", "226:129"]);
         assert_eq!(p.blocked, BTreeSet::from([1]));
-        assert!(p.nodes.values().all(|&g| g == 1));
+        assert!(p.nodes.values().all(|r| r.gpu == 1 && r.flags == 0));
+        assert!(!p.smart);
     }
 
     #[test]
@@ -353,6 +408,34 @@ mod tests {
         let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
         assert!(p.nodes.is_empty());
         assert_eq!(p.blocked, BTreeSet::from([1]));
+    }
+
+    #[test]
+    fn smart_blocks_offload_grantably_and_hides_default_only_for_only_trees() {
+        let p = plan(&laptop(), &choice(Mode::Smart)).unwrap();
+        assert!(p.smart);
+        assert!(!p.is_empty());
+        assert_eq!(p.blocked, BTreeSet::from([1]));
+        for d in ["226:0", "226:129", "195:0", "195:255"] {
+            let r = p.nodes[&d.parse().unwrap()];
+            assert_eq!((r.gpu, r.flags), (1, RULE_GRANTABLE), "{d}");
+        }
+        for d in ["226:1", "226:128"] {
+            let r = p.nodes[&d.parse().unwrap()];
+            assert_eq!((r.gpu, r.flags), (0, RULE_ONLY_HIDE), "{d}");
+        }
+    }
+
+    #[test]
+    fn wake_files_follow_their_gpu() {
+        let mut inv = laptop();
+        let f = FileId {
+            dev: DevNum::new(0, 22),
+            ino: 4242,
+        };
+        inv.gpus[1].wake_files.push(f);
+        assert_eq!(plan(&inv, &choice(Mode::Integrated)).unwrap().files[&f], 1);
+        assert!(plan(&inv, &choice(Mode::Hybrid)).unwrap().files.is_empty());
     }
 
     #[test]

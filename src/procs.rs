@@ -21,11 +21,8 @@ pub struct Holder {
     pub node: DevNum,
 }
 
-/// Userspace `st_rdev` → (major, minor), glibc's encoding.
-pub fn split_rdev(rdev: u64) -> DevNum {
-    let major = ((rdev >> 32) & 0xffff_f000) | ((rdev >> 8) & 0x0000_0fff);
-    let minor = ((rdev >> 12) & 0xffff_ff00) | (rdev & 0x0000_00ff);
-    DevNum::new(major as u32, minor as u32)
+fn split_rdev(rdev: u64) -> DevNum {
+    DevNum::from_userspace(rdev)
 }
 
 /// Every open file descriptor, in any process, of a node in `owners`

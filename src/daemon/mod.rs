@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
 
-use crate::bpf::{self, Enforcer};
+use crate::bpf::{self, Backend, Enforcer};
 use crate::gpu::{self, Inventory, Roots};
 use crate::policy::{self, Choice, ManualBlock, Mode, Plan};
 use crate::procs;
@@ -68,12 +68,6 @@ pub fn run(opts: Options) -> Result<()> {
         log!("{w}");
     }
     bpf::init_logging(opts.verbose);
-    if opts.backend == BackendChoice::Lsm {
-        bail!(
-            "the lsm backend is not implemented in this build yet; use --backend cgroup \
-             (or auto, which picks cgroup)"
-        );
-    }
 
     // Signals first, so a SIGTERM during start-up is not lost.
     let (sig_rx, sig_tx) = UnixStream::pair().context("creating the signal pipe")?;
@@ -89,11 +83,7 @@ pub fn run(opts: Options) -> Result<()> {
         log!("{w}");
     }
     let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
-    let enforcer = Enforcer::load(&bpf::Options {
-        cgroup: opts.cgroup.clone(),
-        log_level: config.bpf_log,
-        daemon_tgid: std::process::id(),
-    })?;
+    let enforcer = load_backend(&opts, &config)?;
     let mut d = Daemon {
         roots: opts.roots,
         state_path,
@@ -108,9 +98,12 @@ pub fn run(opts: Options) -> Result<()> {
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
     log!(
-        "started: backend {} on {}, mode {}, {} GPU(s), blocking {}",
+        "started: backend {}{}, mode {}, {} GPU(s), blocking {}",
         d.enforcer.backend(),
-        d.enforcer.cgroup_path().display(),
+        d.enforcer
+            .cgroup_path()
+            .map(|p| format!(" on {}", p.display()))
+            .unwrap_or_default(),
         d.choice.mode,
         d.inventory.gpus.len(),
         describe_blocked(&d.plan)
@@ -123,6 +116,55 @@ pub fn run(opts: Options) -> Result<()> {
     event_loop(&mut d, &mut server, &sig_rx)?;
     log!("stopping; every block is lifted");
     Ok(())
+}
+
+/// The active LSM list, if securityfs shows it.
+fn active_lsms() -> Option<String> {
+    std::fs::read_to_string("/sys/kernel/security/lsm").ok()
+}
+
+/// Loads the requested backend; `auto` tries lsm where the BPF LSM is
+/// active and falls back to cgroup, saying why.
+fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
+    let load = |backend| {
+        Enforcer::load(&bpf::Options {
+            backend,
+            cgroup: opts.cgroup.clone(),
+            log_level: config.bpf_log,
+            daemon_tgid: std::process::id(),
+        })
+    };
+    let lsms = active_lsms();
+    let lsm_active = lsms.as_deref().is_some_and(bpf::bpf_lsm_active);
+    match opts.backend {
+        BackendChoice::Cgroup => load(Backend::Cgroup),
+        BackendChoice::Lsm => {
+            if !lsm_active {
+                bail!(
+                    "the lsm backend needs the BPF LSM, which is not active ({}); add `bpf` to \
+                     the kernel's lsm= parameter (see `gpuctl doctor`) or use --backend cgroup",
+                    lsms.map(|l| format!("active LSMs: {}", l.trim()))
+                        .unwrap_or_else(|| "/sys/kernel/security/lsm is not readable".into())
+                );
+            }
+            load(Backend::Lsm)
+        }
+        BackendChoice::Auto => {
+            if lsm_active {
+                match load(Backend::Lsm) {
+                    Ok(e) => return Ok(e),
+                    Err(e) => log!("the BPF LSM is active but its programs did not load or attach ({e:#}); falling back to the cgroup backend"),
+                }
+            } else {
+                log!(
+                    "BPF LSM not active ({}); using the cgroup backend",
+                    lsms.map(|l| format!("active LSMs: {}", l.trim()))
+                        .unwrap_or_else(|| "securityfs not mounted".into())
+                );
+            }
+            load(Backend::Cgroup)
+        }
+    }
 }
 
 fn describe_blocked(plan: &Plan) -> String {
@@ -395,11 +437,18 @@ impl Daemon {
             "backend": self.enforcer.backend(),
             "backend_limits": self.enforcer.backend().limits(),
             "cgroup": self.enforcer.cgroup_path(),
+            "smart_hooks": self.enforcer.smart_attached(),
             "attached": self.enforcer.attached(),
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
-            "blocked_nodes": self.plan.nodes.keys().collect::<Vec<_>>(),
+            "blocked_nodes": self
+                .plan
+                .nodes
+                .iter()
+                .filter(|(_, r)| r.flags & policy::RULE_ONLY_HIDE == 0)
+                .map(|(d, _)| *d)
+                .collect::<Vec<_>>(),
             "gpus": gpus,
         }))
     }

@@ -31,6 +31,21 @@ impl DevNum {
     pub const fn new(major: u32, minor: u32) -> Self {
         DevNum { major, minor }
     }
+
+    /// From a userspace `st_rdev`/`st_dev` (glibc's encoding, not the
+    /// kernel-internal `major << 20 | minor`).
+    pub fn from_userspace(dev: u64) -> Self {
+        let major = ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff);
+        let minor = ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff);
+        DevNum::new(major as u32, minor as u32)
+    }
+}
+
+/// A file as the kernel identifies it: its superblock's device and inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId {
+    pub dev: DevNum,
+    pub ino: u64,
 }
 
 impl fmt::Display for DevNum {
@@ -115,6 +130,10 @@ pub struct Gpu {
     pub power_state: Option<String>,
     pub runtime_status: Option<String>,
     pub displays: Vec<Display>,
+    /// Sysfs files whose reads wake the GPU (`config`, `resourceN`, `rom`),
+    /// for the lsm backend. Not part of the JSON contract.
+    #[serde(skip)]
+    pub wake_files: Vec<FileId>,
     /// Filled in by the daemon; `None` when no daemon answers.
     pub blocked: Option<bool>,
 }
@@ -269,6 +288,7 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
         power_state: f.pci.power_state.clone(),
         runtime_status: f.pci.runtime_status.clone(),
         displays: f.drm.displays,
+        wake_files: pci::wake_files(&f.pci.path),
         blocked: None,
     }
 }

@@ -147,6 +147,38 @@ fn link_name(path: &Path) -> Option<String> {
     target.file_name().map(|n| n.to_string_lossy().into_owned())
 }
 
+/// The function's sysfs files whose reads reach the hardware and so wake a
+/// sleeping GPU: `config` (lspci reads it), the BAR files `resourceN` and
+/// `resourceN_wc`, and `rom`. Identified by `lstat`, which reads nothing.
+/// The text file `resource` (the BAR table, kept in memory) is not one.
+pub fn wake_files(dir: &Path) -> Vec<super::FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<super::FileId> = entries
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n == "config"
+                || n == "rom"
+                || n.strip_prefix("resource").is_some_and(|r| {
+                    let r = r.strip_suffix("_wc").unwrap_or(r);
+                    !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit())
+                })
+        })
+        .filter_map(|e| std::fs::symlink_metadata(e.path()).ok())
+        .filter(|m| m.is_file())
+        .map(|m| super::FileId {
+            dev: super::DevNum::from_userspace(m.dev()),
+            ino: m.ino(),
+        })
+        .collect();
+    out.sort();
+    out
+}
+
 /// Reads one PCI function's directory.
 fn read_function(addr: PciAddr, path: PathBuf) -> Option<PciFunction> {
     Some(PciFunction {
