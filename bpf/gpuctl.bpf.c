@@ -402,3 +402,30 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		bpf_printk("gpuctl: env grant for %u", tgid);
 	return 0;
 }
+
+/*
+ * The kernel's identity of a file the daemon holds open: (s_dev, i_ino) as
+ * exec sees them (stat's st_dev differs on btrfs subvolumes and overlayfs).
+ * The daemon sets the filter, then reads this iterator once.
+ */
+__u32 iter_tgid = 0;
+__u32 iter_fd = 0;
+
+SEC("iter/task_file")
+int gpuctl_file_id(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct file_key out = {};
+	struct inode *inode;
+
+	if (!task || !file)
+		return 0;
+	if (task->tgid != iter_tgid || ctx->fd != iter_fd)
+		return 0;
+	inode = file->f_inode;
+	out.dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	out.ino = BPF_CORE_READ(inode, i_ino);
+	bpf_seq_write(ctx->meta->seq, &out, sizeof(out));
+	return 0;
+}

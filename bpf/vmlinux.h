@@ -128,4 +128,25 @@ struct linux_binprm {
 	struct file *file;
 } __attribute__((preserve_access_index));
 
+struct seq_file;
+
+struct bpf_iter_meta {
+	struct seq_file *seq;
+	__u64 session_id;
+	__u64 seq_num;
+} __attribute__((preserve_access_index));
+
+struct bpf_iter__task_file {
+	union {
+		struct bpf_iter_meta *meta;
+	};
+	union {
+		struct task_struct *task;
+	};
+	u32 fd;
+	union {
+		struct file *file;
+	};
+} __attribute__((preserve_access_index));
+
 #endif /* GPUCTL_VMLINUX_H */

@@ -64,3 +64,45 @@ fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<Response> 
     }
     serde_json::from_slice(&line).context("the daemon's response is not valid JSON")
 }
+
+/// Sends `req` and hands every line the daemon sends back to `each` until
+/// the connection closes. A line `each` rejects ends the stream with its
+/// error response printed.
+pub fn stream(
+    socket: &Path,
+    req: &Request,
+    mut each: impl FnMut(&serde_json::Value) -> Result<(), serde_json::Value>,
+) -> Result<(), ClientError> {
+    let mut stream = UnixStream::connect(socket).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+            ClientError::NotRunning(format!(
+                "the gpuctl daemon is not running (nothing listens on {})",
+                socket.display()
+            ))
+        }
+        _ => ClientError::Io(anyhow::Error::new(e).context("connecting")),
+    })?;
+    stream
+        .write_all(&proto::encode(req))
+        .map_err(|e| ClientError::Io(e.into()))?;
+    let reader = BufReader::new(stream.take(u64::MAX));
+    for line in reader.split(b'\n') {
+        let line = line.map_err(|e| ClientError::Io(e.into()))?;
+        if line.len() > MAX_LINE {
+            return Err(ClientError::Io(anyhow::anyhow!(
+                "the daemon sent an oversized line"
+            )));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&line)
+            .map_err(|e| ClientError::Io(anyhow::Error::new(e).context("bad event line")))?;
+        if let Err(errv) = each(&v) {
+            return Err(ClientError::Io(anyhow::anyhow!(
+                "{}",
+                errv["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the daemon refused")
+            )));
+        }
+    }
+    Ok(())
+}

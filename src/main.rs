@@ -104,9 +104,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Switch mode: hybrid, integrated or manual.
+    /// Switch mode: hybrid, integrated, manual or smart.
     Set {
-        /// hybrid | integrated | manual
+        /// hybrid | integrated | manual | smart
         mode: String,
         /// Also block GPUs that drive a connected display.
         #[arg(long)]
@@ -134,6 +134,52 @@ enum Cmd {
     Who {
         /// GPU id or PCI address (default: every GPU).
         gpu: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a program on the offload GPU (smart mode grants it and its children).
+    #[command(
+        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender"
+    )]
+    Run {
+        /// GPU id or PCI address (default: the offload GPU).
+        #[arg(long)]
+        gpu: Option<String>,
+        /// Hide every other GPU from the program's process tree, so programs
+        /// that take "the first GPU" land on this one.
+        #[arg(long)]
+        only: bool,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
+    },
+    /// Per-application policy for smart mode.
+    App {
+        #[command(subcommand)]
+        action: AppCmd,
+    },
+    /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
+    Events {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum AppCmd {
+    /// Let an executable use the offload GPU whenever it is exec'd.
+    Allow {
+        path: PathBuf,
+        /// GPU id or PCI address (default: every offload GPU).
+        #[arg(long)]
+        gpu: Option<String>,
+    },
+    /// Never grant an executable, even when launched with DRI_PRIME.
+    Deny { path: PathBuf },
+    /// Remove an executable's rule.
+    Forget { path: PathBuf },
+    /// List the rules.
+    List {
         #[arg(long)]
         json: bool,
     },

@@ -86,6 +86,18 @@ pub struct Choice {
     pub force: bool,
     #[serde(default)]
     pub manual: BTreeSet<ManualBlock>,
+    /// Per-application rules (smart mode), by executable path.
+    #[serde(default)]
+    pub apps: BTreeMap<String, AppRule>,
+}
+
+/// `gpuctl app allow|deny PATH`: what exec of that file does in smart mode.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppRule {
+    pub allow: bool,
+    /// The GPU it may use (`None`: every offload GPU).
+    #[serde(default)]
+    pub gpu: Option<PciAddr>,
 }
 
 /// Why a GPU that the mode would block is left alone.
@@ -108,13 +120,6 @@ pub struct Plan {
     pub blocked: BTreeSet<u32>,
     /// GPUs the mode asks to block but the rules protect.
     pub skipped: Vec<Skip>,
-}
-
-impl Plan {
-    /// Nothing to enforce: every program can be detached.
-    pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.files.is_empty() && !self.smart
-    }
 }
 
 /// A request the rules refuse as a whole, with the sentence that says why.
@@ -317,7 +322,7 @@ mod tests {
     #[test]
     fn hybrid_blocks_nothing() {
         let p = plan(&laptop(), &choice(Mode::Hybrid)).unwrap();
-        assert!(p.is_empty());
+        assert!(p.nodes.is_empty() && !p.smart);
         assert!(p.blocked.is_empty());
     }
 
@@ -355,7 +360,7 @@ mod tests {
             force: true,
         });
         let p = plan(&laptop(), &c).unwrap();
-        assert!(p.is_empty());
+        assert!(p.nodes.is_empty());
         assert_eq!(p.skipped.len(), 1);
         assert!(p.skipped[0].reason.contains("default GPU"));
         assert!(check(&laptop(), &c).is_err());
@@ -397,7 +402,7 @@ mod tests {
             pci: "0000:09:00.0".parse().unwrap(),
             force: false,
         });
-        assert!(plan(&laptop(), &c).unwrap().is_empty());
+        assert!(plan(&laptop(), &c).unwrap().nodes.is_empty());
     }
 
     #[test]
@@ -414,7 +419,6 @@ mod tests {
     fn smart_blocks_offload_grantably_and_hides_default_only_for_only_trees() {
         let p = plan(&laptop(), &choice(Mode::Smart)).unwrap();
         assert!(p.smart);
-        assert!(!p.is_empty());
         assert_eq!(p.blocked, BTreeSet::from([1]));
         for d in ["226:0", "226:129", "195:0", "195:255"] {
             let r = p.nodes[&d.parse().unwrap()];

@@ -37,15 +37,43 @@ pub enum Request {
         #[serde(default)]
         gpu: Option<String>,
     },
+    /// `gpuctl run`: grant the caller's own process (SO_PEERCRED) access
+    /// to one GPU (default: the offload GPU).
+    Grant {
+        #[serde(default)]
+        gpu: Option<String>,
+        #[serde(default)]
+        only: bool,
+    },
+    /// Per-application policy.
+    App {
+        action: AppAction,
+        #[serde(default)]
+        path: Option<String>,
+        #[serde(default)]
+        gpu: Option<String>,
+    },
+    /// Turn this connection into a stream of denial events.
+    Events {},
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AppAction {
+    Allow,
+    Deny,
+    Forget,
+    List,
 }
 
 impl Request {
     /// Whether the request changes state (and so needs authorization).
     pub fn is_change(&self) -> bool {
-        matches!(
-            self,
-            Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
-        )
+        match self {
+            Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. } => true,
+            Request::App { action, .. } => *action != AppAction::List,
+            _ => false,
+        }
     }
 }
 
@@ -178,6 +206,16 @@ mod tests {
                 force: false,
             },
             Request::Who { gpu: None },
+            Request::Grant {
+                gpu: Some("1".into()),
+                only: true,
+            },
+            Request::App {
+                action: AppAction::Allow,
+                path: Some("/usr/bin/game".into()),
+                gpu: None,
+            },
+            Request::Events {},
         ] {
             let line = encode(&req);
             assert_eq!(line.last(), Some(&b'\n'));

@@ -8,8 +8,8 @@ use serde_json::{json, Value};
 use crate::client::{self, ClientError};
 use crate::exit;
 use crate::gpu::{self, Roots};
-use crate::proto::{Code, Request, Response};
-use crate::{daemon, Cli, Cmd};
+use crate::proto::{AppAction, Code, Request, Response};
+use crate::{daemon, AppCmd, Cli, Cmd};
 
 pub fn run(cli: Cli) -> u8 {
     let roots = Roots {
@@ -56,6 +56,164 @@ pub fn run(cli: Cli) -> u8 {
         }),
         Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, table::status),
         Cmd::Who { gpu, json } => who(&cli.socket, &roots, gpu, json),
+        Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
+        Cmd::App { action } => app(&cli.socket, action),
+        Cmd::Events { json } => events(&cli.socket, json),
+    }
+}
+
+/// `gpuctl run`: get a grant for this very process (smart mode), then exec
+/// the command with the GPU's offload environment. The grant survives the
+/// exec and reaches every descendant.
+fn run_cmd(
+    socket: &std::path::Path,
+    roots: &Roots,
+    gpu: Option<String>,
+    only: bool,
+    command: &[String],
+) -> u8 {
+    use std::os::unix::process::CommandExt;
+    let req = Request::Grant {
+        gpu: gpu.clone(),
+        only,
+    };
+    let target: gpu::Gpu = match client::request(socket, &req) {
+        Ok(resp) if resp.ok => {
+            match resp
+                .data
+                .and_then(|d| serde_json::from_value(d["gpu"].clone()).ok())
+            {
+                Some(g) => g,
+                None => {
+                    eprintln!("gpuctl: the daemon's answer names no GPU");
+                    return exit::ERROR;
+                }
+            }
+        }
+        Ok(resp) => return report(&resp),
+        Err(ClientError::NotRunning(_)) => {
+            // No daemon: nothing is blocked, so the environment alone does it.
+            let inv = match gpu::discover(roots) {
+                Ok(i) => i,
+                Err(e) => {
+                    eprintln!("gpuctl: {e:#}");
+                    return exit::ERROR;
+                }
+            };
+            match inv.run_target(gpu.as_deref()) {
+                Ok(g) => g.clone(),
+                Err(e) => {
+                    eprintln!("gpuctl: {e}");
+                    return exit::USAGE;
+                }
+            }
+        }
+        Err(e) => return client_error(&e),
+    };
+    let err = std::process::Command::new(&command[0])
+        .args(&command[1..])
+        .envs(target.offload_env())
+        .exec();
+    eprintln!("gpuctl: cannot run {}: {err}", command[0]);
+    if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}
+
+fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
+    // The daemon resolves paths from its own working directory: send
+    // absolute ones.
+    let abs = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .or_else(|_| std::env::current_dir().map(|d| d.join(p)))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| p.to_string_lossy().into_owned())
+    };
+    let (req, json) = match &action {
+        AppCmd::Allow { path, gpu } => (
+            Request::App {
+                action: AppAction::Allow,
+                path: Some(abs(path)),
+                gpu: gpu.clone(),
+            },
+            false,
+        ),
+        AppCmd::Deny { path } => (
+            Request::App {
+                action: AppAction::Deny,
+                path: Some(abs(path)),
+                gpu: None,
+            },
+            false,
+        ),
+        AppCmd::Forget { path } => (
+            Request::App {
+                action: AppAction::Forget,
+                path: Some(abs(path)),
+                gpu: None,
+            },
+            false,
+        ),
+        AppCmd::List { json } => (
+            Request::App {
+                action: AppAction::List,
+                path: None,
+                gpu: None,
+            },
+            *json,
+        ),
+    };
+    let verb = match action {
+        AppCmd::Allow { .. } => "allowed",
+        AppCmd::Deny { .. } => "denied",
+        AppCmd::Forget { .. } => "forgot",
+        AppCmd::List { .. } => "",
+    };
+    call(socket, &req, json, |d| {
+        if let Some(apps) = d["apps"].as_array() {
+            return table::apps(apps);
+        }
+        let mut out = format!("{verb} {}", d["path"].as_str().unwrap_or("?"));
+        if let Some(n) = d["note"].as_str() {
+            out.push_str(&format!("\nnote: {n}"));
+        }
+        out
+    })
+}
+
+/// Streams denial events until the daemon goes away or the user stops it.
+fn events(socket: &std::path::Path, json: bool) -> u8 {
+    let mut first = true;
+    let res = client::stream(socket, &Request::Events {}, |v| {
+        if first {
+            first = false;
+            if v["ok"] == false {
+                return Err(v.clone());
+            }
+            if !json {
+                println!("{}", table::event_header());
+            }
+            return Ok(());
+        }
+        if json {
+            println!("{v}");
+        } else {
+            println!("{}", table::event(v));
+        }
+        Ok(())
+    });
+    match res {
+        Ok(()) => exit::OK,
+        Err(ClientError::NotRunning(m)) => {
+            eprintln!("gpuctl: {m}");
+            exit::NOT_RUNNING
+        }
+        Err(ClientError::Io(e)) => {
+            eprintln!("gpuctl: {e:#}");
+            exit::ERROR
+        }
     }
 }
 

@@ -209,6 +209,48 @@ pub fn who(d: &Value) -> String {
     render(&["GPU", "PID", "COMMAND", "PATH", "NODE"], &rows)
 }
 
+/// `gpuctl app list`.
+pub fn apps(apps: &[Value]) -> String {
+    if apps.is_empty() {
+        return "No app rules.".to_string();
+    }
+    let rows: Vec<Vec<String>> = apps
+        .iter()
+        .map(|a| {
+            vec![
+                if a["allow"] == true { "allow" } else { "deny" }.to_string(),
+                s(&a["gpu"]),
+                s(&a["path"]),
+                a["error"]
+                    .as_str()
+                    .map(|e| format!("not in force: {e}"))
+                    .unwrap_or_default(),
+            ]
+        })
+        .collect();
+    render(&["RULE", "GPU", "PATH", "NOTE"], &rows)
+        .trim_end()
+        .to_string()
+}
+
+pub fn event_header() -> String {
+    format!("{:<8}  {:<16}  {:<4}  NODE", "PID", "COMMAND", "GPU")
+}
+
+/// One line of `gpuctl events`.
+pub fn event(v: &Value) -> String {
+    let node = match v["node"].as_str() {
+        Some("0:0") => "sysfs file".to_string(),
+        _ => s(&v["node"]),
+    };
+    format!(
+        "{:<8}  {:<16}  {:<4}  {node}",
+        s(&v["pid"]),
+        s(&v["comm"]),
+        s(&v["gpu"])
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

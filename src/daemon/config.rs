@@ -15,6 +15,9 @@ pub struct Config {
     pub group: String,
     /// What the BPF programs log (`off`, `deny`, `debug`); fixed at load.
     pub bpf_log: LogLevel,
+    /// Smart mode: grant processes exec'd with a non-empty `DRI_PRIME`
+    /// other than `0`, or with `__NV_PRIME_RENDER_OFFLOAD=1`.
+    pub env_grants: bool,
 }
 
 impl Default for Config {
@@ -22,6 +25,7 @@ impl Default for Config {
         Config {
             group: "gpuctl".to_string(),
             bpf_log: LogLevel::Off,
+            env_grants: true,
         }
     }
 }

@@ -8,6 +8,7 @@ mod notify;
 mod server;
 pub mod state;
 
+use std::collections::BTreeMap;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
@@ -19,8 +20,9 @@ use serde_json::{json, Value};
 
 use crate::bpf::{self, Backend, Enforcer};
 use crate::gpu::{self, Inventory, Roots};
-use crate::policy::{self, Choice, ManualBlock, Mode, Plan};
+use crate::policy::{self, AppRule, Choice, ManualBlock, Mode, Plan};
 use crate::procs;
+use crate::proto::AppAction;
 use crate::proto::{Code, Request, Response};
 use auth::Peer;
 use config::Config;
@@ -60,6 +62,12 @@ struct Daemon {
     note: Option<String>,
     enforcer: Enforcer,
     started: Instant,
+    /// Grants the kernel could not store (map full), as of the last status.
+    grants_full: u64,
+    /// Why an app rule is not in force, by path.
+    app_errors: BTreeMap<String, String>,
+    /// The kernel identity each app rule is installed under, by path.
+    app_ids: BTreeMap<String, gpu::FileId>,
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -94,7 +102,12 @@ pub fn run(opts: Options) -> Result<()> {
         note: None,
         enforcer,
         started: Instant::now(),
+        grants_full: 0,
+        app_errors: BTreeMap::new(),
+        app_ids: BTreeMap::new(),
     };
+    d.enforcer.set_env_grants(d.config.env_grants)?;
+    d.load_apps();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
     log!(
@@ -167,6 +180,21 @@ fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
     }
 }
 
+/// `#!` scripts: exec runs the interpreter, so a rule keyed on the script
+/// never matches. Say so, with the interpreter.
+fn script_note(path: &str) -> Option<String> {
+    let mut head = [0u8; 256];
+    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
+    let interp = String::from_utf8_lossy(&line[..end]).trim().to_string();
+    Some(format!(
+        "{path} is a #! script: exec runs its interpreter ({interp}), so this rule never \
+         matches; allow the program the script launches, or start the script with \
+         `gpuctl run`"
+    ))
+}
+
 fn describe_blocked(plan: &Plan) -> String {
     if plan.blocked.is_empty() {
         "nothing (programs detached)".to_string()
@@ -180,6 +208,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
     loop {
         let now = Instant::now();
         server.reap(now);
+        // Nobody listens any more: the kernel stops emitting events.
+        if server.subscribers() == 0 && d.enforcer.events_fd().is_some() {
+            d.enforcer.set_events(false)?;
+        }
         let timeout = match server.next_deadline() {
             Some(t) => {
                 PollTimeout::try_from(t.saturating_duration_since(now) + Duration::from_millis(1))
@@ -187,9 +219,14 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
             }
             None => PollTimeout::NONE,
         };
-        let mut fds: Vec<PollFd> = Vec::with_capacity(2 + server.conns.len());
+        let events_fd = d.enforcer.events_fd();
+        let mut fds: Vec<PollFd> = Vec::with_capacity(3 + server.conns.len());
         fds.push(PollFd::new(sig_rx.as_fd(), PollFlags::POLLIN));
         fds.push(server.listener_fd());
+        if let Some(fd) = events_fd {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
+        let first_conn = fds.len();
         fds.extend(server.conns.iter().map(|c| c.poll_fd()));
         match poll(&mut fds, timeout) {
             Ok(_) => {}
@@ -206,8 +243,20 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
             return Ok(());
         }
         let now = Instant::now();
+        if first_conn == 3 && !revents[2].is_empty() {
+            for e in d.enforcer.drain_events() {
+                let line = json!({
+                    "event": "denied",
+                    "pid": e.pid,
+                    "comm": e.comm,
+                    "gpu": e.gpu,
+                    "node": e.node,
+                });
+                server.broadcast(&line);
+            }
+        }
         // Existing clients first (their indexes match `revents`), then new ones.
-        for (i, ev) in revents[2..].iter().enumerate() {
+        for (i, ev) in revents[first_conn..].iter().enumerate() {
             if !ev.is_empty() {
                 server.service(i, *ev, now, &mut |req, peer| d.handle(req, peer));
             }
@@ -312,12 +361,20 @@ impl Daemon {
                 Ok(mode) => self.change(Choice {
                     mode,
                     force: *force,
-                    manual: self.choice.manual.clone(),
+                    ..self.choice.clone()
                 }),
                 Err(e) => Response::err(Code::BadRequest, e),
             },
             Request::Block { gpu, force } => self.block(gpu, *force, true),
             Request::Unblock { gpu } => self.block(gpu, false, false),
+            Request::Grant { gpu, only } => self.grant(peer, gpu.as_deref(), *only),
+            Request::App { action, path, gpu } => {
+                self.app(*action, path.as_deref(), gpu.as_deref())
+            }
+            Request::Events {} => match self.enforcer.set_events(true) {
+                Ok(()) => Response::ok(json!({ "subscribed": true })),
+                Err(e) => Response::err(Code::Internal, format!("{e:#}")),
+            },
         };
         if req.is_change() {
             if let Some(p) = peer {
@@ -377,7 +434,161 @@ impl Daemon {
             mode: Mode::Manual,
             force: false,
             manual,
+            ..self.choice.clone()
         })
+    }
+
+    /// `gpuctl run`: grants the caller's own process (never another one:
+    /// the pid comes from SO_PEERCRED) access to one GPU.
+    fn grant(&mut self, peer: Option<&Peer>, arg: Option<&str>, only: bool) -> Response {
+        let Some(peer) = peer else {
+            return Response::err(
+                Code::Internal,
+                "cannot identify the caller (SO_PEERCRED failed)",
+            );
+        };
+        let gpu = match self.inventory.run_target(arg) {
+            Ok(g) => g.clone(),
+            Err(e) if arg.is_some() => return Response::err(Code::UnknownGpu, e),
+            Err(e) => return Response::err(Code::Refused, format!("refused: {e}")),
+        };
+        let granted = match self.choice.mode {
+            Mode::Hybrid => false,
+            Mode::Smart => {
+                let Ok(pid) = u32::try_from(peer.pid) else {
+                    return Response::err(Code::Internal, "bad peer pid");
+                };
+                if let Err(e) = self
+                    .enforcer
+                    .grant(pid, 1 << gpu.id, bpf::GrantHow::Run, only)
+                {
+                    return Response::err(Code::Internal, format!("{e:#}"));
+                }
+                log!(
+                    "granted pid {} ({}) {}{}",
+                    pid,
+                    peer.comm(),
+                    gpu.label(),
+                    if only { " exclusively" } else { "" }
+                );
+                true
+            }
+            mode => {
+                return Response::err(
+                    Code::Refused,
+                    format!(
+                        "refused: the offload GPUs are blocked for every process in {mode} mode; \
+                         switch to smart mode (`gpuctl set smart`) to let chosen programs use them"
+                    ),
+                )
+            }
+        };
+        Response::ok(json!({ "granted": granted, "mode": self.choice.mode, "gpu": gpu }))
+    }
+
+    /// Loads every saved app rule into the kernel, resolving each path to
+    /// the kernel's identity of the file. A path that cannot be resolved
+    /// (not installed yet, removed) is kept and reported, not dropped.
+    fn load_apps(&mut self) {
+        let apps = self.choice.apps.clone();
+        for (path, rule) in &apps {
+            match self.install_app(path, rule) {
+                Ok(()) => {
+                    self.app_errors.remove(path);
+                }
+                Err(e) => {
+                    log!("app rule for {path} not in force: {e:#}");
+                    self.app_errors.insert(path.clone(), format!("{e:#}"));
+                }
+            }
+        }
+    }
+
+    fn app_mask(&self, rule: &AppRule) -> u32 {
+        match rule
+            .gpu
+            .and_then(|pci| self.inventory.gpus.iter().find(|g| g.pci == pci))
+        {
+            Some(g) => 1 << g.id,
+            None => self
+                .inventory
+                .gpus
+                .iter()
+                .filter(|g| g.offload)
+                .fold(0, |m, g| m | 1 << g.id),
+        }
+    }
+
+    fn install_app(&mut self, path: &str, rule: &AppRule) -> Result<()> {
+        let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+        let id = self.enforcer.kernel_file_id(&f)?;
+        let mask = self.app_mask(rule);
+        self.enforcer.set_app(id, Some((mask, rule.allow)))?;
+        self.app_ids.insert(path.to_string(), id);
+        Ok(())
+    }
+
+    fn app(&mut self, action: AppAction, path: Option<&str>, gpu: Option<&str>) -> Response {
+        if action == AppAction::List {
+            let apps: Vec<Value> = self
+                .choice
+                .apps
+                .iter()
+                .map(|(p, r)| {
+                    json!({"path": p, "allow": r.allow, "gpu": r.gpu,
+                           "error": self.app_errors.get(p)})
+                })
+                .collect();
+            return Response::ok(json!({ "apps": apps }));
+        }
+        let Some(path) = path else {
+            return Response::err(Code::BadRequest, "app allow/deny/forget need a PATH");
+        };
+        let canon = match std::fs::canonicalize(path) {
+            Ok(c) => c.to_string_lossy().into_owned(),
+            Err(_) if action == AppAction::Forget => path.to_string(),
+            Err(e) => return Response::err(Code::BadRequest, format!("{path}: {e}")),
+        };
+        let mut choice = self.choice.clone();
+        let mut note = None;
+        match action {
+            AppAction::Forget => {
+                if choice.apps.remove(&canon).is_none() {
+                    return Response::err(Code::BadRequest, format!("no app rule for {canon}"));
+                }
+                if let Some(id) = self.app_ids.remove(&canon) {
+                    if let Err(e) = self.enforcer.set_app(id, None) {
+                        return Response::err(Code::Internal, format!("{e:#}"));
+                    }
+                }
+                self.app_errors.remove(&canon);
+            }
+            AppAction::Allow | AppAction::Deny => {
+                let gpu = match gpu.map(|g| self.inventory.find(g)) {
+                    Some(Ok(g)) => Some(g.pci),
+                    Some(Err(e)) => return Response::err(Code::UnknownGpu, e),
+                    None => None,
+                };
+                let rule = AppRule {
+                    allow: action == AppAction::Allow,
+                    gpu,
+                };
+                if let Some(old) = self.app_ids.remove(&canon) {
+                    let _ = self.enforcer.set_app(old, None);
+                }
+                if let Err(e) = self.install_app(&canon, &rule) {
+                    return Response::err(Code::BadRequest, format!("{e:#}"));
+                }
+                note = script_note(&canon);
+                choice.apps.insert(canon.clone(), rule);
+            }
+            AppAction::List => unreachable!("handled above"),
+        }
+        if let Err(e) = state::save(&self.state_path, &choice) {
+            return Response::err(Code::Internal, format!("{e:#}"));
+        }
+        self.choice = choice;
+        Response::ok(json!({ "path": canon, "note": note }))
     }
 
     fn mode_json(&self) -> Value {
@@ -406,7 +617,26 @@ impl Daemon {
         })
     }
 
-    fn status(&self) -> Response {
+    fn grants_json(&self) -> Vec<Value> {
+        let mut g = self.enforcer.grants();
+        g.sort_by_key(|g| g.pid);
+        g.into_iter()
+            .map(|g| {
+                let comm =
+                    std::fs::read_to_string(self.roots.procfs.join(format!("{}/comm", g.pid)))
+                        .map(|c| c.trim().to_string())
+                        .ok();
+                let gpus: Vec<u32> = (0..bpf::MAX_GPUS)
+                    .filter(|i| g.gpus & (1 << i) != 0)
+                    .collect();
+                json!({"pid": g.pid, "comm": comm, "how": g.how, "only": g.only,
+                       "gpus": if g.gpus == u32::MAX { json!("all") } else { json!(gpus) }})
+            })
+            .collect()
+    }
+
+    fn status(&mut self) -> Response {
+        self.grants_full = self.enforcer.grants_full().unwrap_or(0);
         let denied = match self.enforcer.denied_counts() {
             Ok(d) => d,
             Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
@@ -438,10 +668,14 @@ impl Daemon {
             "backend_limits": self.enforcer.backend().limits(),
             "cgroup": self.enforcer.cgroup_path(),
             "smart_hooks": self.enforcer.smart_attached(),
+            "events": self.enforcer.events_fd().is_some(),
             "attached": self.enforcer.attached(),
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
+            "grants": self.grants_json(),
+            "grants_refused_map_full": self.grants_full,
+            "env_grants": self.config.env_grants,
             "blocked_nodes": self
                 .plan
                 .nodes

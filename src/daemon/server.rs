@@ -30,6 +30,8 @@ pub struct Conn {
     deadline: Instant,
     /// Close once `outbuf` is flushed.
     closing: bool,
+    /// Streams events; no deadline applies.
+    subscribed: bool,
 }
 
 impl Conn {
@@ -42,6 +44,7 @@ impl Conn {
             outbuf: Vec::new(),
             deadline: now + CLIENT_DEADLINE,
             closing: false,
+            subscribed: false,
         }
     }
 
@@ -171,7 +174,7 @@ impl Server {
     /// Answers clients past their deadline, and drops finished ones.
     pub fn reap(&mut self, now: Instant) {
         for c in &mut self.conns {
-            if !c.closing && now >= c.deadline {
+            if !c.closing && !c.subscribed && now >= c.deadline {
                 c.fail(&Response::err(
                     Code::Timeout,
                     format!(
@@ -187,11 +190,35 @@ impl Server {
         self.conns.retain(|c| !c.done());
     }
 
+    /// Connections streaming events.
+    pub fn subscribers(&self) -> usize {
+        self.conns
+            .iter()
+            .filter(|c| c.subscribed && !c.closing)
+            .count()
+    }
+
+    /// Sends one JSON line to every subscriber (dropping one that stopped
+    /// reading rather than buffering without bound).
+    pub fn broadcast(&mut self, v: &serde_json::Value) {
+        let mut line = v.to_string().into_bytes();
+        line.push(b'\n');
+        for c in self.conns.iter_mut().filter(|c| c.subscribed && !c.closing) {
+            if c.outbuf.len() + line.len() > MAX_PENDING_OUT {
+                c.closing = true;
+                c.outbuf.clear();
+                continue;
+            }
+            c.outbuf.extend_from_slice(&line);
+            flush(c);
+        }
+    }
+
     /// The earliest client deadline, if any.
     pub fn next_deadline(&self) -> Option<Instant> {
         self.conns
             .iter()
-            .filter(|c| !c.closing)
+            .filter(|c| !c.closing && !c.subscribed)
             .map(Conn::deadline)
             .min()
     }
@@ -228,7 +255,12 @@ fn read_requests(
                         return;
                     }
                     let resp = match proto::decode(line) {
-                        Ok(req) => handle(req, conn.peer.as_ref()),
+                        Ok(req) => {
+                            let events = matches!(req, Request::Events {});
+                            let resp = handle(req, conn.peer.as_ref());
+                            conn.subscribed |= events && resp.ok;
+                            resp
+                        }
                         Err(r) => r,
                     };
                     conn.respond(&resp);

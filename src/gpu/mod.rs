@@ -186,6 +186,45 @@ impl Inventory {
     }
 }
 
+impl Inventory {
+    /// The GPU `gpuctl run` uses: `arg` if given, else the first offload
+    /// GPU that has device nodes.
+    pub fn run_target(&self, arg: Option<&str>) -> Result<&Gpu, String> {
+        match arg {
+            Some(a) => self.find(a),
+            None => self
+                .gpus
+                .iter()
+                .find(|g| g.offload && !g.nodes.is_empty())
+                .ok_or_else(|| "this machine has no offload GPU to run on".to_string()),
+        }
+    }
+}
+
+impl Gpu {
+    /// The environment that makes GL and Vulkan programs render on this
+    /// GPU: NVIDIA's PRIME render offload variables for the proprietary
+    /// driver, Mesa's `DRI_PRIME` and Vulkan device selection otherwise.
+    pub fn offload_env(&self) -> Vec<(&'static str, String)> {
+        if self.driver.as_deref() == Some("nvidia") {
+            vec![
+                ("__NV_PRIME_RENDER_OFFLOAD", "1".into()),
+                ("__GLX_VENDOR_LIBRARY_NAME", "nvidia".into()),
+                ("__VK_LAYER_NV_optimus", "NVIDIA_only".into()),
+            ]
+        } else {
+            let pci = self.pci.to_string().replace([':', '.'], "_");
+            vec![
+                ("DRI_PRIME", format!("pci-{pci}")),
+                (
+                    "MESA_VK_DEVICE_SELECT",
+                    format!("{}:{}", self.vendor_id, self.device_id),
+                ),
+            ]
+        }
+    }
+}
+
 /// Where discovery reads from.
 #[derive(Clone, Debug)]
 pub struct Roots {

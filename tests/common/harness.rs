@@ -110,7 +110,13 @@ impl Env {
         let child = cmd.spawn().unwrap();
         self.daemon = Some(child);
         let mut buf = [0u8; 256];
-        match rx.recv(&mut buf) {
+        let got = loop {
+            match rx.recv(&mut buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        match got {
             Ok(n) => assert_eq!(&buf[..n], b"READY=1"),
             Err(e) => {
                 let log = self.stop();

@@ -1,0 +1,301 @@
+//! Tier 2: smart mode on this machine (cgroup backend + tp_btf hooks), as
+//! root. Grants are decided in the kernel at fork/exec; every check is a
+//! real open(2) from a process in the test cgroup, started the way a user
+//! starts it (`gpuctl run`, an environment variable, an app rule).
+
+mod common;
+
+use std::ffi::CString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use common::fixture::machine;
+use common::harness::{describe, root_or_skip, Env, BIN, ENXIO, EPERM};
+
+macro_rules! root_test {
+    () => {
+        if !root_or_skip(module_path!()) {
+            return;
+        }
+    };
+}
+
+/// `sh -c 'exec 3<>NODE'`: opens NODE read-write; the shell reports errors
+/// with strerror text.
+const OPEN: &str = r#"exec 3<>"$0""#;
+
+/// Runs `argv` (then `sh -c OPEN NODE` appended by the caller) from a
+/// process that first joins the test cgroup; returns the errno of the open
+/// (0: opened).
+fn open_via(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> i32 {
+    let procs = CString::new(env.cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
+    let mut cmd = Command::new(argv[0]);
+    cmd.args(&argv[1..])
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
+        .env_remove("DRI_PRIME")
+        .env_remove("__NV_PRIME_RENDER_OFFLOAD")
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: runs in the forked child; only async-signal-safe calls on a
+    // buffer allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                libc::_exit(100);
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    match out.status.code() {
+        Some(0) => 0,
+        _ if err.contains("Operation not permitted") => EPERM,
+        _ if err.contains("No such device or address") => ENXIO,
+        _ => panic!("{argv:?}: {}", describe(&out)),
+    }
+}
+
+fn node_arg(env: &Env, maj: u32, min: u32) -> String {
+    env.mknod(maj, min).to_string_lossy().into_owned()
+}
+
+fn smart_env() -> Env {
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let out = env.gpuctl(&["set", "smart"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    env
+}
+
+#[test]
+fn plain_processes_denied_granted_trees_allowed() {
+    root_test!();
+    let env = smart_env();
+    let dgpu = node_arg(&env, 226, 0);
+    let igpu = node_arg(&env, 226, 1);
+    let st = env.json(&["status"]);
+    assert_eq!(st["smart_hooks"], true);
+    assert_eq!(st["attached"], true);
+
+    // A plain process: denied the offload GPU, allowed the default one.
+    assert_eq!(open_via(&env, &["/bin/sh", "-c", OPEN, &dgpu], &[]), EPERM);
+    assert_eq!(open_via(&env, &["/bin/sh", "-c", OPEN, &igpu], &[]), ENXIO);
+
+    // `gpuctl run`: the process itself, after exec.
+    let run = [BIN, "run", "--"];
+    let direct = [&run[..], &["/bin/sh", "-c", OPEN, &dgpu]].concat();
+    assert_eq!(open_via(&env, &direct, &[]), ENXIO);
+    // A grandchild (fork, fork).
+    let grandchild = r#"/bin/sh -c "/bin/sh -c 'exec 3<>\"\$1\"' x \"\$1\"" x "$0"; exit $?"#;
+    let nested = [&run[..], &["/bin/sh", "-c", grandchild, &dgpu]].concat();
+    assert_eq!(open_via(&env, &nested, &[]), ENXIO);
+    // An exec chain: sh execs sh execs the opener.
+    let chain = r#"exec /bin/sh -c 'exec /bin/sh -c "exec 3<>\"\$1\"" x "$1"' x "$0""#;
+    let execs = [&run[..], &["/bin/sh", "-c", chain, &dgpu]].concat();
+    assert_eq!(open_via(&env, &execs, &[]), ENXIO);
+
+    // `--only`: that tree loses the default GPU; everyone else keeps it.
+    let only = [
+        &[BIN, "run", "--only", "--"][..],
+        &["/bin/sh", "-c", OPEN, &igpu],
+    ]
+    .concat();
+    assert_eq!(open_via(&env, &only, &[]), EPERM);
+    let only_dgpu = [
+        &[BIN, "run", "--only", "--"][..],
+        &["/bin/sh", "-c", OPEN, &dgpu],
+    ]
+    .concat();
+    assert_eq!(open_via(&env, &only_dgpu, &[]), ENXIO);
+    assert_eq!(open_via(&env, &["/bin/sh", "-c", OPEN, &igpu], &[]), ENXIO);
+
+    // The environment `gpuctl run` sets is the vendor's offload variables.
+    let out = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .args(["run", "--", "/usr/bin/env"])
+        .output()
+        .unwrap();
+    let vars = String::from_utf8_lossy(&out.stdout);
+    assert!(vars.contains("__NV_PRIME_RENDER_OFFLOAD=1"), "{vars}");
+    assert!(vars.contains("__GLX_VENDOR_LIBRARY_NAME=nvidia"), "{vars}");
+    assert!(vars.contains("__VK_LAYER_NV_optimus=NVIDIA_only"), "{vars}");
+
+    // Grants die with their process: nothing is left once all exited.
+    let st = env.json(&["status"]);
+    assert_eq!(st["grants"], serde_json::json!([]), "{st}");
+}
+
+#[test]
+fn offload_environment_conventions_grant() {
+    root_test!();
+    let mut env = smart_env();
+    let dgpu = node_arg(&env, 226, 129);
+    let sh = ["/bin/sh", "-c", OPEN, dgpu.as_str()];
+    assert_eq!(open_via(&env, &sh, &[("DRI_PRIME", "1")]), ENXIO);
+    assert_eq!(
+        open_via(&env, &sh, &[("DRI_PRIME", "pci-0000_01_00_0")]),
+        ENXIO
+    );
+    assert_eq!(
+        open_via(&env, &sh, &[("__NV_PRIME_RENDER_OFFLOAD", "1")]),
+        ENXIO
+    );
+    assert_eq!(open_via(&env, &sh, &[("DRI_PRIME", "0")]), EPERM);
+    assert_eq!(open_via(&env, &sh, &[("DRI_PRIME", "")]), EPERM);
+    assert_eq!(
+        open_via(&env, &sh, &[("__NV_PRIME_RENDER_OFFLOAD", "0")]),
+        EPERM
+    );
+    assert_eq!(open_via(&env, &sh, &[("XDRI_PRIME", "1")]), EPERM);
+    // A long environment before the variable is still scanned.
+    let big = "x".repeat(10_000);
+    assert_eq!(
+        open_via(&env, &sh, &[("AAA_BIG", &big), ("DRI_PRIME", "1")]),
+        ENXIO
+    );
+
+    // The setting turns it off.
+    std::fs::write(env.dir.join("gpuctl.toml"), "env_grants = false\n").unwrap();
+    env.stop();
+    env.start();
+    assert_eq!(env.json(&["get"])["mode"], "smart");
+    assert_eq!(open_via(&env, &sh, &[("DRI_PRIME", "1")]), EPERM);
+}
+
+#[test]
+fn app_rules_grant_that_binary_only() {
+    root_test!();
+    let mut env = smart_env();
+    let dgpu = node_arg(&env, 226, 0);
+    // A private copy of the shell: its own inode, so the rule is its own.
+    let mysh = env.dir.join("mysh");
+    std::fs::copy("/bin/sh", &mysh).unwrap();
+    let mysh = mysh.to_str().unwrap().to_string();
+
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), EPERM);
+    let out = env.gpuctl(&["app", "allow", &mysh]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), ENXIO);
+    assert_eq!(open_via(&env, &["/bin/sh", "-c", OPEN, &dgpu], &[]), EPERM);
+    let list = env.json(&["app", "list"]);
+    assert_eq!(list["apps"][0]["path"], mysh.as_str());
+    assert_eq!(list["apps"][0]["allow"], true);
+
+    // Persisted: a restarted daemon re-installs it.
+    env.stop();
+    env.start();
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), ENXIO);
+
+    // Deny overrides the environment convention.
+    assert!(env.gpuctl(&["app", "deny", &mysh]).status.success());
+    assert_eq!(
+        open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[("DRI_PRIME", "1")]),
+        EPERM
+    );
+
+    // Forget removes it.
+    assert!(env.gpuctl(&["app", "forget", &mysh]).status.success());
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), EPERM);
+    assert_eq!(env.json(&["app", "list"])["apps"], serde_json::json!([]));
+
+    // A #! script gets a note: exec runs its interpreter.
+    let script = env.dir.join("launch.sh");
+    std::fs::write(&script, "#!/bin/sh\nexec true\n").unwrap();
+    let out = env.gpuctl(&["app", "allow", script.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("interpreter (/bin/sh)"));
+}
+
+#[test]
+fn run_outside_smart_mode() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let dgpu = node_arg(&env, 226, 0);
+    // Hybrid: nothing blocked, `run` only sets the environment.
+    let cmd = [BIN, "run", "--", "/bin/sh", "-c", OPEN, &dgpu];
+    assert_eq!(open_via(&env, &cmd, &[]), ENXIO);
+    // Integrated: refused, and it says what to do.
+    assert!(env.gpuctl(&["set", "integrated"]).status.success());
+    let out = env.gpuctl(&["run", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("gpuctl set smart"));
+    // Unknown GPU: usage error.
+    let out = env.gpuctl(&["run", "--gpu", "9", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    // Leaving smart mode clears its grants and detaches its hooks.
+    assert!(env.gpuctl(&["set", "smart"]).status.success());
+    assert!(env.gpuctl(&["set", "hybrid"]).status.success());
+    assert_eq!(env.json(&["status"])["smart_hooks"], false);
+    env.stop();
+}
+
+#[test]
+fn events_stream_denials() {
+    root_test!();
+    let env = smart_env();
+    let dgpu = node_arg(&env, 226, 129);
+    let mut child = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .args(["events", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the subscription is in place.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while env.json(&["status"])["events"] != true {
+        assert!(std::time::Instant::now() < deadline, "no subscriber seen");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(open_via(&env, &["/bin/sh", "-c", OPEN, &dgpu], &[]), EPERM);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["event"], "denied");
+    assert_eq!(v["node"], "226:129");
+    assert_eq!(v["gpu"], 1);
+    assert_eq!(v["comm"], "sh");
+}
+
+/// The daemon does no work per process launch: its CPU time over 2 000
+/// launches of `true` in smart mode (the hooks run in the kernel).
+#[test]
+fn daemon_does_no_work_per_launch() {
+    root_test!();
+    let env = smart_env();
+    let pid = env.daemon.as_ref().unwrap().id();
+    let cpu_ns = |pid: u32| -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+        s.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    let before = cpu_ns(pid);
+    for _ in 0..2000 {
+        let st = Command::new("/bin/true").status().unwrap();
+        assert!(st.success());
+    }
+    let after = cpu_ns(pid);
+    let per_launch_ns = (after - before) as f64 / 2000.0;
+    eprintln!(
+        "daemon CPU per launch in smart mode: {per_launch_ns:.1} ns (anchor: 95 000 ns in its smart mode)"
+    );
+    // One userspace wake-up per launch would cost microseconds; the daemon
+    // must not be woken at all.
+    assert!(
+        after - before < 2_000_000,
+        "the daemon used {} ns of CPU for 2000 launches",
+        after - before
+    );
+}
