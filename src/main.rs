@@ -158,6 +158,8 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
+    /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
+    Doctor,
     /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
     Events {
         #[arg(long)]

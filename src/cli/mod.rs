@@ -1,6 +1,7 @@
 //! Client commands: parse, send one request, print (a table for people,
 //! `--json` for scripts). Each returns the process exit status.
 
+mod doctor;
 mod table;
 
 use serde_json::{json, Value};
@@ -59,6 +60,7 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
+        Cmd::Doctor => doctor::run(&cli.socket, &roots),
     }
 }
 

@@ -132,8 +132,8 @@ pub fn run(opts: Options) -> Result<()> {
 }
 
 /// The active LSM list, if securityfs shows it.
-fn active_lsms() -> Option<String> {
-    std::fs::read_to_string("/sys/kernel/security/lsm").ok()
+fn active_lsms(roots: &Roots) -> Option<String> {
+    std::fs::read_to_string(roots.sysfs.join("kernel/security/lsm")).ok()
 }
 
 /// Loads the requested backend; `auto` tries lsm where the BPF LSM is
@@ -147,7 +147,7 @@ fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
             daemon_tgid: std::process::id(),
         })
     };
-    let lsms = active_lsms();
+    let lsms = active_lsms(&opts.roots);
     let lsm_active = lsms.as_deref().is_some_and(bpf::bpf_lsm_active);
     match opts.backend {
         BackendChoice::Cgroup => load(Backend::Cgroup),

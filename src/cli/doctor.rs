@@ -1,0 +1,330 @@
+//! `gpuctl doctor`: checks what keeping a dGPU asleep needs, and says how to
+//! fix what is missing. Reads only (sysfs, procfs, the daemon's status).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::bpf::{bpf_lsm_active, cgroup2_mount};
+use crate::client;
+use crate::gpu::{self, Gpu, Roots};
+use crate::proto::Request;
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Ok,
+    Info,
+    Warn,
+    Fail,
+}
+
+struct Report {
+    out: String,
+    worst: Level,
+}
+
+impl Report {
+    fn say(&mut self, level: Level, what: &str, fix: Option<String>) {
+        let tag = match level {
+            Level::Ok => "ok  ",
+            Level::Info => "info",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        };
+        let _ = writeln!(self.out, "[{tag}] {what}");
+        if let Some(f) = fix {
+            for line in f.lines() {
+                let _ = writeln!(self.out, "       {line}");
+            }
+        }
+        self.worst = self.worst.max(level);
+    }
+}
+
+fn read(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok()
+}
+
+/// The `lsm=` value that adds `bpf` to the active list.
+pub fn lsm_param(active: &str) -> String {
+    let mut l: Vec<&str> = active
+        .trim()
+        .split(',')
+        .filter(|x| !x.is_empty() && *x != "capability")
+        .collect();
+    if !l.contains(&"bpf") {
+        l.push("bpf");
+    }
+    format!("lsm={}", l.join(","))
+}
+
+fn kernel_checks(r: &mut Report, roots: &Roots) {
+    let sys = &roots.sysfs;
+    match read(&sys.join("kernel/security/lsm")) {
+        Some(l) if bpf_lsm_active(&l) => r.say(
+            Level::Ok,
+            &format!("BPF LSM active ({}): the lsm backend can run", l.trim()),
+            None,
+        ),
+        Some(l) => r.say(
+            Level::Warn,
+            &format!(
+                "BPF LSM not active (active LSMs: {}): gpuctl uses the cgroup backend, which \
+                 cannot stop lspci from waking the GPU through sysfs",
+                l.trim()
+            ),
+            Some(format!(
+                "add this to the kernel command line, then reboot:\n  {}\n\
+                 (GRUB: GRUB_CMDLINE_LINUX in /etc/default/grub, then update-grub; \
+                 systemd-boot: /etc/kernel/cmdline)",
+                lsm_param(&l)
+            )),
+        ),
+        None => r.say(
+            Level::Warn,
+            "cannot read /sys/kernel/security/lsm (securityfs not mounted?): the BPF LSM \
+             cannot be checked, so gpuctl uses the cgroup backend",
+            Some("mount -t securityfs securityfs /sys/kernel/security".into()),
+        ),
+    }
+    if sys.join("kernel/btf/vmlinux").exists() {
+        r.say(
+            Level::Ok,
+            "kernel BTF present (/sys/kernel/btf/vmlinux)",
+            None,
+        );
+    } else {
+        r.say(
+            Level::Fail,
+            "no kernel BTF (/sys/kernel/btf/vmlinux): gpuctl's CO-RE programs cannot load",
+            Some(
+                "use a kernel built with CONFIG_DEBUG_INFO_BTF=y (every major distro's is)".into(),
+            ),
+        );
+    }
+    match read(&roots.procfs.join("self/mountinfo")).and_then(|m| cgroup2_mount(&m)) {
+        Some(p) => r.say(
+            Level::Ok,
+            &format!("cgroup v2 mounted at {}", p.display()),
+            None,
+        ),
+        None => r.say(
+            Level::Warn,
+            "no cgroup-v2 hierarchy mounted: the cgroup backend cannot run",
+            Some("mount -t cgroup2 none /sys/fs/cgroup (systemd does this by default)".into()),
+        ),
+    }
+    if let Some(l) = read(&sys.join("kernel/security/lockdown")) {
+        let mode = l
+            .split_whitespace()
+            .find(|w| w.starts_with('['))
+            .unwrap_or("[none]")
+            .trim_matches(|c| c == '[' || c == ']')
+            .to_string();
+        if mode == "confidentiality" {
+            r.say(
+                Level::Fail,
+                "kernel lockdown is `confidentiality`: BPF programs may not read kernel memory, \
+                 so gpuctl's programs cannot load",
+                Some("use lockdown=integrity (the Secure Boot default on most distros)".into()),
+            );
+        } else {
+            r.say(Level::Ok, &format!("kernel lockdown: {mode}"), None);
+        }
+    }
+}
+
+fn gpu_checks(r: &mut Report, roots: &Roots, g: &Gpu) {
+    let dir = roots.sysfs.join(format!("bus/pci/devices/{}", g.pci));
+    let label = g.label();
+    match read(&dir.join("power/control")).map(|s| s.trim().to_string()) {
+        Some(c) if c == "auto" => r.say(
+            Level::Ok,
+            &format!("{label}: runtime power management on (power/control = auto)"),
+            None,
+        ),
+        Some(c) => r.say(
+            Level::Warn,
+            &format!("{label}: runtime power management off (power/control = {c}): it never sleeps, blocked or not"),
+            Some(format!(
+                "echo auto > /sys/bus/pci/devices/{}/power/control\n\
+                 (persistently: a udev rule ATTR{{power/control}}=\"auto\" for it, or TLP/power-profiles)",
+                g.pci
+            )),
+        ),
+        None => {}
+    }
+    if let Some(v) = read(&dir.join("d3cold_allowed")) {
+        if v.trim() == "1" {
+            r.say(Level::Ok, &format!("{label}: D3cold allowed"), None);
+        } else {
+            r.say(
+                Level::Warn,
+                &format!("{label}: D3cold not allowed: it can only reach D3hot (more power)"),
+                Some(format!(
+                    "echo 1 > /sys/bus/pci/devices/{}/d3cold_allowed",
+                    g.pci
+                )),
+            );
+        }
+    }
+    if let (Some(p), Some(s)) = (&g.power_state, &g.runtime_status) {
+        r.say(Level::Info, &format!("{label}: now {p} ({s})"), None);
+    }
+}
+
+fn nvidia_checks(r: &mut Report, roots: &Roots) {
+    let Some(params) = read(&roots.procfs.join("driver/nvidia/params")) else {
+        return;
+    };
+    let dpm = params
+        .lines()
+        .find_map(|l| l.strip_prefix("DynamicPowerManagement:"))
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    let fix = "options nvidia NVreg_DynamicPowerManagement=0x02\n\
+               (in /etc/modprobe.d/nvidia-pm.conf, then rebuild the initramfs and reboot)"
+        .to_string();
+    match dpm {
+        Some(2) => r.say(
+            Level::Ok,
+            "NVIDIA dynamic power management: fine-grained (0x02)",
+            None,
+        ),
+        Some(3) => r.say(
+            Level::Ok,
+            "NVIDIA dynamic power management: driver default (fine-grained on Ampere and newer \
+             notebook GPUs; older ones may need 0x02)",
+            None,
+        ),
+        Some(v) => r.say(
+            Level::Warn,
+            &format!(
+                "NVIDIA dynamic power management is {} ({v}): the GPU will not power off when idle",
+                if v == 0 { "disabled" } else { "coarse-grained" }
+            ),
+            Some(fix),
+        ),
+        None => r.say(
+            Level::Info,
+            "NVIDIA driver loaded, but its DynamicPowerManagement setting is not readable",
+            None,
+        ),
+    }
+}
+
+/// Runs every check and prints the report; exit status 1 if any failed.
+pub fn run(socket: &Path, roots: &Roots) -> u8 {
+    let mut r = Report {
+        out: String::new(),
+        worst: Level::Ok,
+    };
+    kernel_checks(&mut r, roots);
+    let inv = match gpu::discover(roots) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("gpuctl: {e:#}");
+            return crate::exit::ERROR;
+        }
+    };
+    if inv.gpus.is_empty() {
+        r.say(Level::Info, "no GPU found: nothing to keep asleep", None);
+    }
+    for g in inv.gpus.iter().filter(|g| g.offload) {
+        gpu_checks(&mut r, roots, g);
+    }
+    nvidia_checks(&mut r, roots);
+
+    let status = client::request(socket, &Request::Status {})
+        .ok()
+        .and_then(|s| s.data);
+    match &status {
+        Some(s) => r.say(
+            Level::Ok,
+            &format!(
+                "daemon running: backend {}, mode {}{}",
+                s["backend"].as_str().unwrap_or("?"),
+                s["mode"].as_str().unwrap_or("?"),
+                s["note"]
+                    .as_str()
+                    .map(|n| format!(" (not fully in force: {n})"))
+                    .unwrap_or_default()
+            ),
+            s["backend_limits"]
+                .as_str()
+                .map(|l| format!("backend: {l}")),
+        ),
+        None => r.say(
+            Level::Warn,
+            "the gpuctl daemon is not running: nothing is blocked",
+            Some("systemctl enable --now gpuctl".into()),
+        ),
+    }
+
+    // Who keeps the offload GPUs awake right now.
+    let holders: Option<Value> = client::request(socket, &Request::Who { gpu: None })
+        .ok()
+        .and_then(|r| r.data);
+    let holders = holders
+        .and_then(|h| h["holders"].as_array().cloned())
+        .unwrap_or_else(|| {
+            let owners = gpu::node_owners(&inv);
+            crate::procs::holders(&roots.procfs, &owners)
+                .into_iter()
+                .filter_map(|h| serde_json::to_value(h).ok())
+                .collect()
+        });
+    let offload: Vec<u32> = inv
+        .gpus
+        .iter()
+        .filter(|g| g.offload)
+        .map(|g| g.id)
+        .collect();
+    let awake: Vec<&Value> = holders
+        .iter()
+        .filter(|h| {
+            h["gpu"]
+                .as_u64()
+                .is_some_and(|g| offload.contains(&(g as u32)))
+        })
+        .collect();
+    if awake.is_empty() {
+        r.say(Level::Ok, "no process holds an offload GPU open", None);
+    } else {
+        let list: Vec<String> = awake
+            .iter()
+            .map(|h| {
+                format!(
+                    "{} (pid {}) holds {}",
+                    h["comm"].as_str().unwrap_or("?"),
+                    h["pid"],
+                    h["path"].as_str().unwrap_or("?")
+                )
+            })
+            .collect();
+        r.say(
+            Level::Warn,
+            "processes hold an offload GPU open and keep it awake (blocking only stops new opens)",
+            Some(list.join("\n")),
+        );
+    }
+
+    print!("{}", r.out);
+    if r.worst == Level::Fail {
+        crate::exit::ERROR
+    } else {
+        crate::exit::OK
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lsm_parameter_adds_bpf() {
+        assert_eq!(
+            super::lsm_param("lockdown,capability,landlock,yama,apparmor\n"),
+            "lsm=lockdown,landlock,yama,apparmor,bpf"
+        );
+        assert_eq!(super::lsm_param("capability,bpf"), "lsm=bpf");
+    }
+}
