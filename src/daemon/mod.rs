@@ -311,20 +311,22 @@ impl Daemon {
         Ok(())
     }
 
-    /// Makes `choice` the new choice: checked by the rules, saved, applied.
-    /// On failure nothing changes.
+    /// Makes `choice` the new choice: checked by the rules, applied, saved.
+    /// The kernel is changed first, so the block is in force before the
+    /// fsync; if either step fails, both are put back and nothing changes.
     fn change(&mut self, choice: Choice) -> Response {
         let plan = match policy::check(&self.inventory, &choice) {
             Ok(p) => p,
             Err(r) => return Response::err(Code::Refused, r.0),
         };
-        if let Err(e) = state::save(&self.state_path, &choice) {
-            return Response::err(Code::Internal, format!("{e:#}"));
-        }
-        if let Err(e) = self.enforcer.apply(&plan) {
-            // Put back what was in force, in the kernel and on disk.
-            let _ = state::save(&self.state_path, &self.choice);
-            let _ = self.enforcer.apply(&self.plan);
+        let failed = match self.enforcer.apply(&plan) {
+            Err(e) => Some(e),
+            Ok(()) => state::save(&self.state_path, &choice).err(),
+        };
+        if let Some(e) = failed {
+            if let Err(back) = self.enforcer.apply(&self.plan) {
+                log!("restoring the previous blocks failed: {back:#}");
+            }
             return Response::err(Code::Internal, format!("{e:#}"));
         }
         self.choice = choice;
