@@ -193,6 +193,20 @@ fn app_rules_grant_that_binary_only() {
     env.start();
     assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), ENXIO);
 
+    // A package upgrade renames a new file (a new inode) over it: the rule
+    // follows the path, re-resolved from an inotify event.
+    let staged = env.dir.join("mysh.dpkg-new");
+    std::fs::copy("/bin/sh", &staged).unwrap();
+    std::fs::rename(&staged, &mysh).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]) != ENXIO {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replaced executable was not re-resolved"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
     // Deny overrides the environment convention.
     assert!(env.gpuctl(&["app", "deny", &mysh]).status.success());
     assert_eq!(

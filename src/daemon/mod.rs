@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use serde_json::{json, Value};
 
 use crate::bpf::{self, Backend, Enforcer};
@@ -68,6 +69,10 @@ struct Daemon {
     app_errors: BTreeMap<String, String>,
     /// The kernel identity each app rule is installed under, by path.
     app_ids: BTreeMap<String, gpu::FileId>,
+    /// Watches the directories of app-rule executables, so a replaced file
+    /// (a package upgrade renames a new inode over it) is re-resolved.
+    inotify: Inotify,
+    watches: BTreeMap<WatchDescriptor, PathBuf>,
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -105,6 +110,9 @@ pub fn run(opts: Options) -> Result<()> {
         grants_full: 0,
         app_errors: BTreeMap::new(),
         app_ids: BTreeMap::new(),
+        inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+            .context("creating the inotify instance")?,
+        watches: BTreeMap::new(),
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
     d.load_apps();
@@ -220,9 +228,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
             None => PollTimeout::NONE,
         };
         let events_fd = d.enforcer.events_fd();
-        let mut fds: Vec<PollFd> = Vec::with_capacity(3 + server.conns.len());
+        let mut fds: Vec<PollFd> = Vec::with_capacity(4 + server.conns.len());
         fds.push(PollFd::new(sig_rx.as_fd(), PollFlags::POLLIN));
         fds.push(server.listener_fd());
+        fds.push(PollFd::new(d.inotify.as_fd(), PollFlags::POLLIN));
         if let Some(fd) = events_fd {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
@@ -243,7 +252,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
             return Ok(());
         }
         let now = Instant::now();
-        if first_conn == 3 && !revents[2].is_empty() {
+        if !revents[2].is_empty() {
+            d.on_inotify();
+        }
+        if first_conn == 4 && !revents[3].is_empty() {
             for e in d.enforcer.drain_events() {
                 let line = json!({
                     "event": "denied",
@@ -522,12 +534,72 @@ impl Daemon {
     }
 
     fn install_app(&mut self, path: &str, rule: &AppRule) -> Result<()> {
+        self.watch_dir_of(path);
         let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
         let id = self.enforcer.kernel_file_id(&f)?;
         let mask = self.app_mask(rule);
         self.enforcer.set_app(id, Some((mask, rule.allow)))?;
         self.app_ids.insert(path.to_string(), id);
         Ok(())
+    }
+
+    /// Watches the directory holding `path` (once per directory).
+    fn watch_dir_of(&mut self, path: &str) {
+        let Some(dir) = std::path::Path::new(path).parent() else {
+            return;
+        };
+        if self.watches.values().any(|d| d == dir) {
+            return;
+        }
+        let mask = AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MOVED_FROM;
+        match self.inotify.add_watch(dir, mask) {
+            Ok(wd) => {
+                self.watches.insert(wd, dir.to_path_buf());
+            }
+            Err(e) => log!(
+                "cannot watch {} for replaced executables: {e}",
+                dir.display()
+            ),
+        }
+    }
+
+    /// Re-resolves the app rules whose file changed in a watched directory.
+    fn on_inotify(&mut self) {
+        let Ok(events) = self.inotify.read_events() else {
+            return;
+        };
+        let mut touched = Vec::new();
+        for ev in events {
+            let (Some(dir), Some(name)) = (self.watches.get(&ev.wd), ev.name) else {
+                continue;
+            };
+            let path = dir.join(name).to_string_lossy().into_owned();
+            if self.choice.apps.contains_key(&path) && !touched.contains(&path) {
+                touched.push(path);
+            }
+        }
+        for path in touched {
+            let Some(rule) = self.choice.apps.get(&path).cloned() else {
+                continue;
+            };
+            if let Some(old) = self.app_ids.remove(&path) {
+                let _ = self.enforcer.set_app(old, None);
+            }
+            match self.install_app(&path, &rule) {
+                Ok(()) => {
+                    self.app_errors.remove(&path);
+                    log!("app rule for {path} re-resolved (the file was replaced)");
+                }
+                Err(e) => {
+                    self.app_errors.insert(path.clone(), format!("{e:#}"));
+                    log!("app rule for {path} not in force: {e:#}");
+                }
+            }
+        }
     }
 
     fn app(&mut self, action: AppAction, path: Option<&str>, gpu: Option<&str>) -> Response {
