@@ -279,3 +279,39 @@ fn client_without_daemon_exits_3() {
     assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
 }
+
+/// A uevent (here: a display plugged into the dGPU) re-plans at once, with
+/// no client request in between.
+#[test]
+fn uevents_replan_without_a_request() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "integrated"]);
+    assert_opens(&env, &DGPU, EPERM, "integrated");
+
+    env.machine.set_connector("card0-HDMI-A-2", true);
+    // Any PCI uevent makes the daemon re-read the GPUs; synthesize one on a
+    // real device of this machine.
+    let dev = std::fs::read_dir("/sys/bus/pci/devices")
+        .unwrap()
+        .next()
+        .expect("a PCI device")
+        .unwrap()
+        .path();
+    std::fs::write(dev.join("uevent"), "change").unwrap();
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while env.open_errno(226, 0) != ENXIO {
+        assert!(Instant::now() < deadline, "no re-plan after the uevent");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // It now drives a display: left alone, and status says why.
+    let st = env.json(&["status"]);
+    assert!(
+        st["note"].as_str().unwrap().contains("connected display"),
+        "{st}"
+    );
+    let log = env.stop();
+    assert!(log.contains("GPUs changed"), "{log}");
+}

@@ -7,6 +7,7 @@ pub mod config;
 mod notify;
 mod server;
 pub mod state;
+mod uevent;
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -73,6 +74,8 @@ struct Daemon {
     /// (a package upgrade renames a new inode over it) is re-resolved.
     inotify: Inotify,
     watches: BTreeMap<WatchDescriptor, PathBuf>,
+    /// Hot-plug and late-driver events; `None` where netlink is refused.
+    uevents: Option<uevent::Uevents>,
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -113,6 +116,13 @@ pub fn run(opts: Options) -> Result<()> {
         inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .context("creating the inotify instance")?,
         watches: BTreeMap::new(),
+        uevents: match uevent::Uevents::open() {
+            Ok(u) => Some(u),
+            Err(e) => {
+                log!("{e:#}; GPUs will be re-read on each request only");
+                None
+            }
+        },
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
     d.load_apps();
@@ -232,6 +242,11 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         fds.push(PollFd::new(sig_rx.as_fd(), PollFlags::POLLIN));
         fds.push(server.listener_fd());
         fds.push(PollFd::new(d.inotify.as_fd(), PollFlags::POLLIN));
+        let uevent_at = fds.len();
+        if let Some(u) = &d.uevents {
+            fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+        }
+        let events_at = fds.len();
         if let Some(fd) = events_fd {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
@@ -255,7 +270,12 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         if !revents[2].is_empty() {
             d.on_inotify();
         }
-        if first_conn == 4 && !revents[3].is_empty() {
+        if events_at > uevent_at && !revents[uevent_at].is_empty() {
+            if d.uevents.as_ref().is_some_and(|u| u.drain()) {
+                d.refresh();
+            }
+        }
+        if first_conn > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 let line = json!({
                     "event": "denied",
@@ -286,8 +306,13 @@ impl Daemon {
         match gpu::discover(&self.roots) {
             Ok(inv) if inv != self.inventory => {
                 self.inventory = inv;
-                if let Err(e) = self.reapply() {
-                    log!("re-applying after a hardware change failed: {e:#}");
+                match self.reapply() {
+                    Ok(()) => log!(
+                        "GPUs changed; mode {} re-applied, blocking {}",
+                        self.choice.mode,
+                        describe_blocked(&self.plan)
+                    ),
+                    Err(e) => log!("re-applying after a hardware change failed: {e:#}"),
                 }
             }
             Ok(_) => {}
