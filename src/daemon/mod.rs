@@ -270,10 +270,11 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         if !revents[2].is_empty() {
             d.on_inotify();
         }
-        if events_at > uevent_at && !revents[uevent_at].is_empty() {
-            if d.uevents.as_ref().is_some_and(|u| u.drain()) {
-                d.refresh();
-            }
+        if events_at > uevent_at
+            && !revents[uevent_at].is_empty()
+            && d.uevents.as_ref().is_some_and(|u| u.drain())
+        {
+            d.refresh();
         }
         if first_conn > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
