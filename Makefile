@@ -20,7 +20,7 @@ STATIC_BIN := target/$(TARGET)/release/gpuctl
 CLANG_FORMAT ?= clang-format
 
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
-	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file
+	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev
 
 .PHONY: all deps build static test test-unit test-vm lint fmt demo bench install uninstall clean
 

@@ -158,6 +158,13 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants).
+    Config {
+        key: Option<String>,
+        value: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
     /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").

@@ -55,6 +55,13 @@ pub enum Request {
     },
     /// Turn this connection into a stream of denial events.
     Events {},
+    /// Read the config, one key, or set one key.
+    Config {
+        #[serde(default)]
+        key: Option<String>,
+        #[serde(default)]
+        value: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -72,6 +79,7 @@ impl Request {
         match self {
             Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. } => true,
             Request::App { action, .. } => *action != AppAction::List,
+            Request::Config { value, .. } => value.is_some(),
             _ => false,
         }
     }

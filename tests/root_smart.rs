@@ -313,3 +313,48 @@ fn daemon_does_no_work_per_launch() {
         after - before
     );
 }
+
+#[test]
+fn config_changes_apply_live_and_keep_comments() {
+    root_test!();
+    let env = smart_env();
+    let dgpu = node_arg(&env, 226, 0);
+    let sh = ["/bin/sh", "-c", OPEN, dgpu.as_str()];
+    let cfg = env.dir.join("gpuctl.toml");
+    std::fs::write(&cfg, "# site policy\nenv_grants = true\n").unwrap();
+    assert_eq!(open_via(&env, &sh, &[("DRI_PRIME", "1")]), ENXIO);
+
+    // Readable by anyone, changeable by root/the group only.
+    let out = env.gpuctl_as(Some(65534), &["config", "env_grants"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "true");
+    let out = env.gpuctl_as(Some(65534), &["config", "env_grants", "false"]);
+    assert_eq!(out.status.code(), Some(5), "{}", describe(&out));
+
+    let out = env.gpuctl(&["config", "env_grants", "false"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(
+        open_via(&env, &sh, &[("DRI_PRIME", "1")]),
+        EPERM,
+        "applied without restart"
+    );
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        text.starts_with("# site policy\n") && text.contains("env_grants = false"),
+        "{text}"
+    );
+
+    let out = env.gpuctl(&["config", "bpf_log", "debug"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("restart"),
+        "{}",
+        describe(&out)
+    );
+    let out = env.gpuctl(&["config", "bpf_log", "loud"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let out = env.gpuctl(&["config", "colour", "red"]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    let all = env.json(&["config"]);
+    assert_eq!(all["config"]["env_grants"], false);
+    assert_eq!(all["config"]["bpf_log"], "debug");
+}

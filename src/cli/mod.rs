@@ -61,6 +61,7 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
+        Cmd::Config { key, value, json } => config_cmd(&cli.socket, &cli.config, key, value, json),
     }
 }
 
@@ -183,6 +184,62 @@ fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
         }
         out
     })
+}
+
+fn config_cmd(
+    socket: &std::path::Path,
+    file: &std::path::Path,
+    key: Option<String>,
+    value: Option<String>,
+    as_json: bool,
+) -> u8 {
+    let show = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let req = Request::Config {
+        key: key.clone(),
+        value: value.clone(),
+    };
+    let data = match client::request(socket, &req) {
+        Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
+        Ok(resp) => return report(&resp),
+        Err(ClientError::NotRunning(_)) if value.is_none() => {
+            // Reading works without the daemon: the file as it would load.
+            let (cfg, warn) = daemon::config::load(file);
+            if let Some(w) = warn {
+                eprintln!("gpuctl: {w}");
+            }
+            let all = cfg.to_json();
+            match &key {
+                None => json!({ "path": file, "config": all }),
+                Some(k) => match all.get(k) {
+                    Some(v) => json!({ "key": k, "value": v }),
+                    None => {
+                        eprintln!("gpuctl: unknown key {k:?}");
+                        return exit::USAGE;
+                    }
+                },
+            }
+        }
+        Err(e) => return client_error(&e),
+    };
+    if as_json {
+        print_json(&data);
+    } else if let Some(all) = data["config"].as_object() {
+        for (k, v) in all {
+            println!("{k} = {}", show(v));
+        }
+    } else {
+        match (&value, data["note"].as_str()) {
+            (Some(_), Some(n)) => {
+                println!("{} = {} ({n})", show(&data["key"]), show(&data["value"]))
+            }
+            (Some(_), None) => println!("{} = {}", show(&data["key"]), show(&data["value"])),
+            (None, _) => println!("{}", show(&data["value"])),
+        }
+    }
+    exit::OK
 }
 
 /// Streams denial events until the daemon goes away or the user stops it.

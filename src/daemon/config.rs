@@ -64,9 +64,58 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
     }
 }
 
+/// Every key, for listings and errors.
+pub const KEYS: [&str; 3] = ["group", "bpf_log", "env_grants"];
+
+impl Config {
+    /// The config as `key → value` JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// Sets `key = value` in the config file's text, keeping the admin's
+/// comments and layout; returns the new text and the config it means.
+pub fn edit(text: &str, key: &str, value: &str) -> Result<(String, Config), String> {
+    if !KEYS.contains(&key) {
+        return Err(format!("unknown key {key:?} (keys: {})", KEYS.join(", ")));
+    }
+    let mut doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e| format!("the config file is not valid TOML ({e}); fix it by hand first"))?;
+    let item = match key {
+        "env_grants" => match value {
+            "true" | "on" | "yes" => toml_edit::value(true),
+            "false" | "off" | "no" => toml_edit::value(false),
+            _ => return Err(format!("{key} is true or false, not {value:?}")),
+        },
+        _ => toml_edit::value(value),
+    };
+    doc[key] = item;
+    let out = doc.to_string();
+    let cfg = toml::from_str::<Config>(&out)
+        .map_err(|e| format!("{key} = {value:?} is not valid: {}", e.message().trim()))?;
+    Ok((out, cfg))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn edit_keeps_comments_and_validates() {
+        let text = "# who may switch\ngroup = \"gpuctl\"\n";
+        let (out, c) = edit(text, "env_grants", "false").unwrap();
+        assert!(out.starts_with("# who may switch\n"), "{out}");
+        assert!(!c.env_grants);
+        let (_, c) = edit(&out, "group", "video").unwrap();
+        assert_eq!(c.group, "video");
+        assert!(edit(text, "bpf_log", "loud").is_err());
+        assert!(edit(text, "colour", "red")
+            .unwrap_err()
+            .contains("keys: group"));
+        assert!(edit("group = [", "group", "x").is_err());
+    }
 
     #[test]
     fn parses_and_rejects() {

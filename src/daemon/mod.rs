@@ -56,6 +56,7 @@ macro_rules! log {
 struct Daemon {
     roots: Roots,
     state_path: PathBuf,
+    config_path: PathBuf,
     config: Config,
     choice: Choice,
     inventory: Inventory,
@@ -103,6 +104,7 @@ pub fn run(opts: Options) -> Result<()> {
     let mut d = Daemon {
         roots: opts.roots,
         state_path,
+        config_path: opts.config.clone(),
         config,
         choice,
         inventory,
@@ -411,6 +413,7 @@ impl Daemon {
             Request::App { action, path, gpu } => {
                 self.app(*action, path.as_deref(), gpu.as_deref())
             }
+            Request::Config { key, value } => self.config_req(key.as_deref(), value.as_deref()),
             Request::Events {} => match self.enforcer.set_events(true) {
                 Ok(()) => Response::ok(json!({ "subscribed": true })),
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
@@ -428,7 +431,7 @@ impl Daemon {
                         format!("done, blocking {}", describe_blocked(&self.plan))
                     } else {
                         format!(
-                            "refused: {}",
+                            "not done: {}",
                             resp.error.as_ref().map_or("", |e| e.message.as_str())
                         )
                     },
@@ -689,6 +692,47 @@ impl Daemon {
         }
         self.choice = choice;
         Response::ok(json!({ "path": canon, "note": note }))
+    }
+
+    /// `gpuctl config [KEY [VALUE]]`. Setting edits the file (comments
+    /// kept), writes it atomically, and applies what can change live.
+    fn config_req(&mut self, key: Option<&str>, value: Option<&str>) -> Response {
+        let all = self.config.to_json();
+        let Some(key) = key else {
+            return Response::ok(json!({ "path": self.config_path, "config": all }));
+        };
+        let Some(value) = value else {
+            return match all.get(key) {
+                Some(v) => Response::ok(json!({ "key": key, "value": v })),
+                None => Response::err(
+                    Code::BadRequest,
+                    format!("unknown key {key:?} (keys: {})", config::KEYS.join(", ")),
+                ),
+            };
+        };
+        let text = match std::fs::read_to_string(&self.config_path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => return Response::err(Code::Internal, format!("reading the config: {e}")),
+        };
+        let (text, new) = match config::edit(&text, key, value) {
+            Ok(x) => x,
+            Err(e) => return Response::err(Code::BadRequest, e),
+        };
+        if let Err(e) = state::write_atomic(&self.config_path, text.as_bytes()) {
+            return Response::err(Code::Internal, format!("{e:#}"));
+        }
+        let mut note = None;
+        if new.env_grants != self.config.env_grants {
+            if let Err(e) = self.enforcer.set_env_grants(new.env_grants) {
+                return Response::err(Code::Internal, format!("{e:#}"));
+            }
+        }
+        if new.bpf_log != self.config.bpf_log {
+            note = Some("bpf_log is fixed when the BPF programs load: restart the daemon");
+        }
+        self.config = new;
+        Response::ok(json!({ "key": key, "value": self.config.to_json()[key], "note": note }))
     }
 
     fn mode_json(&self) -> Value {

@@ -67,18 +67,23 @@ pub fn load(path: &Path) -> (Choice, Option<String>) {
 
 /// Writes the choice atomically.
 pub fn save(path: &Path, choice: &Choice) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .with_context(|| format!("creating state directory {}", dir.display()))?;
     let mut body = serde_json::to_vec_pretty(&StateFile {
         version: VERSION,
         choice: choice.clone(),
     })
     .context("encoding state")?;
     body.push(b'\n');
+    write_atomic(path, &body).with_context(|| format!("writing state {}", path.display()))
+}
+
+/// Replaces `path` with `body` so that a crash at any moment leaves the old
+/// file or the new one: temp file, fsync, rename, fsync of the directory.
+pub fn write_atomic(path: &Path, body: &[u8]) -> Result<()> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut tmp = OsString::from(path.as_os_str());
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
@@ -89,12 +94,12 @@ pub fn save(path: &Path, choice: &Choice) -> Result<()> {
             .truncate(true)
             .mode(0o644)
             .open(&tmp)?;
-        f.write_all(&body)?;
+        f.write_all(body)?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         File::open(dir)?.sync_all()
     };
-    write().with_context(|| format!("writing state {}", path.display()))
+    Ok(write()?)
 }
 
 #[cfg(test)]

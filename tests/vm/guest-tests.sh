@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Tier 3 (make test-vm): boot Debian's stock kernel three times and run tests/vm/guest.sh
+# against the static gpuctl binary, with a real VGA (default GPU) and a real virtio GPU
+# (offload GPU):
+#
+#   lsm            default kernel command line (BPF LSM active), daemon --backend lsm
+#   cgroup         default kernel command line, daemon --backend cgroup
+#   auto-fallback  lsm= list without bpf, daemon --backend auto (must pick cgroup);
+#                  daemon --backend lsm must fail with a clear message
+#
+# Usage: tests/vm/guest-tests.sh [-v] [--only LABEL]... BIN
+#   -v            stream every guest's console (default: one summary line per boot, plus
+#                 the FAIL lines and the daemon's log of a boot that failed)
+#   --only LABEL  run only this boot (repeatable)
+# Prints "vm: LABEL: N passed, M failed[, K skipped]" per boot; exits 1 if any check or
+# boot failed, 2 on a setup error. Console logs: target/vm/guest-LABEL.log.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+die() { echo "vm: error: $*" >&2; exit 2; }
+
+verbose=0 bin='' only=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -v|--verbose) verbose=1; shift ;;
+    --only) only+=("${2:?}"); shift 2 ;;
+    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option: $1 (see --help)" ;;
+    *) [[ -z $bin ]] || die "one binary only"; bin=$1; shift ;;
+  esac
+done
+[[ -n $bin ]] || die "usage: $0 [-v] [--only LABEL] BIN (the static gpuctl)"
+[[ -x $bin ]] || die "$bin is not an executable"
+cc=${CC:-}
+if [[ -z $cc ]]; then
+  for c in gcc clang; do command -v "$c" >/dev/null && { cc=$c; break; }; done
+fi
+[[ -n $cc ]] || die "no C compiler for vmopen.c (apt-get install gcc libc6-dev)"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# A snapshot: every boot tests the same binary even if it is rebuilt meanwhile.
+cp "$bin" "$tmp/gpuctl"
+bin=$tmp/gpuctl
+"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/vmopen" "$here/vmopen.c" \
+  || die "building vmopen.c with $cc -static failed (static glibc: package libc6-dev)"
+
+no_bpf_lsm="lsm=landlock,lockdown,yama,loadpin,safesetid,integrity,apparmor,selinux,smack,tomoyo"
+# label | kernel command-line words (the NAME=value ones become guest.sh's environment)
+boots=(
+  "lsm|GPUCTL_BACKEND=lsm EXPECT_BACKEND=lsm EXPECT_ERRNO=ENOENT"
+  "cgroup|GPUCTL_BACKEND=cgroup EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM"
+  "auto-fallback|$no_bpf_lsm GPUCTL_BACKEND=auto EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM EXPECT_LSM_REFUSED=1"
+)
+
+bad=0 ran=0
+t_all=$SECONDS
+for b in "${boots[@]}"; do
+  label=${b%%|*} append=${b#*|}
+  if [[ ${#only[@]} -gt 0 && " ${only[*]} " != *" $label "* ]]; then continue; fi
+  ran=$((ran + 1))
+  log=$repo/target/vm/guest-$label.log
+  t0=$SECONDS
+  args=(--binary "$bin" --script "$here/guest.sh" --add "$tmp/vmopen:/bin/vmopen"
+        --name "guest-$label" --log "$log" --timeout 90 --append "$append")
+  [[ $verbose == 1 ]] || args+=(--quiet)
+  set +e
+  "$here/run.sh" "${args[@]}" 2>"$tmp/run.err"
+  rc=$?
+  set -e
+  secs=$((SECONDS - t0))
+  # The guest's last word: "N passed, M failed, K skipped".
+  counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" 2>/dev/null | tail -n1 || true)
+  if [[ -z $counts ]]; then
+    echo "vm: $label: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
+    sed 's/^/  /' "$tmp/run.err"
+    bad=1
+    continue
+  fi
+  read -r np _ nf _ ns _ <<<"${counts//,/}"
+  line="vm: $label: $np passed, $nf failed"
+  [[ $ns == 0 ]] || line+=", $ns skipped"
+  if [[ $rc != 0 && $nf == 0 ]]; then
+    line+=" (but the guest exited $rc)"
+    nf=1
+  fi
+  echo "$line (${secs}s)"
+  if [[ $nf != 0 ]]; then
+    bad=1
+    if [[ $verbose == 0 ]]; then
+      grep -aE '^(FAIL|SKIP) |^daemon\| |^---- |^guest: ' "$log" | sed 's/^/  /' || true
+      echo "  (console log: $log)"
+    fi
+  elif [[ $ns != 0 && $verbose == 0 ]]; then
+    grep -aE '^SKIP ' "$log" | sed 's/^/  /' || true
+  fi
+done
+[[ $ran -gt 0 ]] || die "no boot matches --only ${only[*]}"
+echo "vm: $ran boot(s) in $((SECONDS - t_all))s"
+exit "$bad"
