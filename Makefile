@@ -59,6 +59,7 @@ lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h
+	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh)
 
 fmt:
 	$(CARGO) fmt

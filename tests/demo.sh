@@ -26,7 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck source=bench/fixture.sh
+# shellcheck source=SCRIPTDIR/../bench/fixture.sh
 . "$here/bench/fixture.sh"
 bench_fixture "$tmp"
 mkdir -p "$cg" "$tmp/dev"
@@ -62,6 +62,7 @@ show "$BIN" status
 show "$BIN" set hybrid
 try_open
 printf '\n# daemon log:\n'
-kill "$daemon" && wait "$daemon" 2>/dev/null || true
+kill "$daemon"
+wait "$daemon" 2>/dev/null || true
 daemon=
 sed 's/^/  /' "$tmp/daemon.log"
