@@ -33,6 +33,7 @@ fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".to_string(),
         Value::String(x) => x.clone(),
+        Value::Array(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
         other => other.to_string(),
     }
 }
@@ -185,7 +186,51 @@ pub fn status(d: &Value) -> String {
         ],
         &rows,
     ));
+    if d["mode"] == "smart" {
+        out.push_str(&smart_status(d));
+    }
     out.trim_end().to_string()
+}
+
+/// The smart-mode part of `gpuctl status`: hooks, settings, grants.
+fn smart_status(d: &Value) -> String {
+    let grants = d["grants"].as_array().cloned().unwrap_or_default();
+    let mut out = format!(
+        "\nsmart mode: fork/exec hooks {}; DRI_PRIME grants {}; {} granted process(es)",
+        if d["smart_hooks"] == true {
+            "attached"
+        } else {
+            "detached"
+        },
+        if d["env_grants"] == true { "on" } else { "off" },
+        grants.len()
+    );
+    let full = d["grants_refused_map_full"].as_u64().unwrap_or(0);
+    if full > 0 {
+        out.push_str(&format!(
+            "; {full} grant(s) refused: the grant map was full"
+        ));
+    }
+    out.push('\n');
+    if !grants.is_empty() {
+        let rows: Vec<Vec<String>> = grants
+            .iter()
+            .map(|g| {
+                vec![
+                    s(&g["pid"]),
+                    s(&g["comm"]),
+                    s(&g["how"]),
+                    s(&g["gpus"]),
+                    if g["only"] == true { "only" } else { "" }.to_string(),
+                ]
+            })
+            .collect();
+        out.push_str(&render(
+            &["PID", "COMMAND", "GRANTED BY", "GPUS", ""],
+            &rows,
+        ));
+    }
+    out
 }
 
 /// `gpuctl who`.

@@ -685,7 +685,9 @@ impl Daemon {
                 note = script_note(&canon);
                 choice.apps.insert(canon.clone(), rule);
             }
-            AppAction::List => unreachable!("handled above"),
+            AppAction::List => {
+                return Response::err(Code::Internal, "app list reached the edit path")
+            }
         }
         if let Err(e) = state::save(&self.state_path, &choice) {
             return Response::err(Code::Internal, format!("{e:#}"));
