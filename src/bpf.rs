@@ -742,6 +742,105 @@ mod tests {
         assert!(DenyEvent::parse(&b[..20]).is_none());
     }
 
+    /// Root only: open the embedded object, set `.rodata`, load, apply a
+    /// plan, and prove the loaded program honours `daemon_tgid`: the exempt
+    /// process opens a blocked node (ENXIO: no driver), another gets EPERM.
+    #[test]
+    fn loads_and_exempts_the_daemon_tgid() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED loads_and_exempts_the_daemon_tgid: needs root");
+            return;
+        }
+        let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let cg = cgroup2_mount(&mi)
+            .unwrap()
+            .join(format!("gpuctl-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&cg).unwrap();
+        let dir = std::env::temp_dir().join(format!("gpuctl-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let node = dir.join("node");
+        let c = |p: &Path| std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: valid path, plain mknod(2).
+        let r = unsafe {
+            libc::mknod(
+                c(&node).as_ptr(),
+                libc::S_IFCHR | 0o600,
+                libc::makedev(226, 77),
+            )
+        };
+        assert_eq!(r, 0);
+
+        // Fork two children that wait for a byte, join the cgroup, open the
+        // node and exit with the errno. Only async-signal-safe calls there.
+        let procs = c(&cg.join("cgroup.procs"));
+        let node_c = c(&node);
+        let spawn = || -> (i32, i32) {
+            let mut fds = [0i32; 2];
+            // SAFETY: pipe(2) into a valid array; fork(2) then only
+            // async-signal-safe calls in the child.
+            unsafe {
+                assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+                let pid = libc::fork();
+                if pid == 0 {
+                    let mut b = 0u8;
+                    libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                    if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                        libc::_exit(100);
+                    }
+                    let r = libc::open(node_c.as_ptr(), libc::O_RDWR);
+                    libc::_exit(if r >= 0 { 0 } else { *libc::__errno_location() });
+                }
+                libc::close(fds[0]);
+                (pid, fds[1])
+            }
+        };
+        let (exempt, go_exempt) = spawn();
+        let (other, go_other) = spawn();
+
+        let mut e = Enforcer::load(&Options {
+            backend: Backend::Cgroup,
+            cgroup: Some(cg.clone()),
+            log_level: LogLevel::Off,
+            daemon_tgid: exempt as u32,
+        })
+        .unwrap();
+        let mut plan = Plan::default();
+        plan.nodes
+            .insert(DevNum::new(226, 77), NodeRule { gpu: 3, flags: 0 });
+        e.apply(&plan).unwrap();
+        assert!(e.attached());
+
+        let wait = |pid: i32, go: i32| -> i32 {
+            let mut st = 0;
+            // SAFETY: plain write/close/waitpid on our own fd and child.
+            unsafe {
+                libc::write(go, b"x".as_ptr().cast(), 1);
+                libc::close(go);
+                libc::waitpid(pid, &mut st, 0);
+            }
+            libc::WEXITSTATUS(st)
+        };
+        assert_eq!(
+            wait(exempt, go_exempt),
+            libc::ENXIO,
+            "the daemon's tgid is exempt"
+        );
+        assert_eq!(
+            wait(other, go_other),
+            libc::EPERM,
+            "everyone else is denied"
+        );
+        assert_eq!(e.denied_counts().unwrap()[3], 1);
+
+        e.apply(&Plan::default()).unwrap();
+        assert!(!e.attached());
+        drop(e);
+        std::fs::remove_dir(&cg).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn lsm_list() {
         assert!(bpf_lsm_active(
