@@ -14,6 +14,8 @@ DESTDIR ?=
 BINDIR  ?= $(PREFIX)/bin
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 SYSCONFDIR ?= /etc
+MANDIR  ?= $(PREFIX)/share/man
+DATADIR ?= $(PREFIX)/share
 CARGO   ?= cargo
 TARGET  := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/gpuctl
@@ -22,7 +24,7 @@ CLANG_FORMAT ?= clang-format
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev
 
-.PHONY: all deps build static test test-unit test-vm lint fmt demo bench install uninstall clean
+.PHONY: all deps build static test test-install test-unit test-vm lint fmt demo bench install uninstall clean
 
 all: build
 
@@ -45,9 +47,20 @@ static:
 	@file $(STATIC_BIN) 2>/dev/null || true
 	@ls -l $(STATIC_BIN)
 
-test: static
+test: static test-install
 	$(CARGO) test --locked -- --test-threads=4
 	@if [ -d tests/vm ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-vm; fi
+
+# `make install` into a scratch DESTDIR lays out every file a package ships.
+test-install:
+	@d=$$(mktemp -d) && $(MAKE) --no-print-directory install DESTDIR=$$d PREFIX=/usr >/dev/null && \
+	for f in usr/bin/gpuctl usr/lib/systemd/system/gpuctl.service etc/gpuctl/gpuctl.toml.example \
+		usr/share/man/man1/gpuctl.1 usr/share/bash-completion/completions/gpuctl \
+		usr/share/zsh/site-functions/_gpuctl usr/share/fish/vendor_completions.d/gpuctl.fish; do \
+		test -s $$d/$$f || { echo "make install did not install $$f"; exit 1; }; done && \
+	grep -q '^ExecStart=/usr/bin/gpuctl daemon' $$d/usr/lib/systemd/system/gpuctl.service && \
+	file $$d/usr/bin/gpuctl | grep -q 'static-pie linked' && \
+	echo "install: 1 passed, 0 failed" && rm -rf $$d
 
 test-unit:
 	$(CARGO) test --locked
@@ -71,18 +84,24 @@ demo: build
 bench: static
 	bench/run.sh $(STATIC_BIN)
 
-install: $(STATIC_BIN)
+install: static
 	install -D -m 0755 $(STATIC_BIN) $(DESTDIR)$(BINDIR)/gpuctl
 	install -D -m 0644 packaging/systemd/gpuctl.service $(DESTDIR)$(UNITDIR)/gpuctl.service
 	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(UNITDIR)/gpuctl.service
 	install -D -m 0644 packaging/gpuctl.toml $(DESTDIR)$(SYSCONFDIR)/gpuctl/gpuctl.toml.example
-
-$(STATIC_BIN):
-	$(MAKE) static
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/bash-completion/completions \
+		$(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	$(STATIC_BIN) manpage > $(DESTDIR)$(MANDIR)/man1/gpuctl.1
+	$(STATIC_BIN) completions bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl
+	$(STATIC_BIN) completions zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl
+	$(STATIC_BIN) completions fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gpuctl $(DESTDIR)$(UNITDIR)/gpuctl.service \
-		$(DESTDIR)$(SYSCONFDIR)/gpuctl/gpuctl.toml.example
+		$(DESTDIR)$(SYSCONFDIR)/gpuctl/gpuctl.toml.example $(DESTDIR)$(MANDIR)/man1/gpuctl.1 \
+		$(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl \
+		$(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl \
+		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish
 
 clean:
 	$(CARGO) clean

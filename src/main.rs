@@ -165,6 +165,12 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(hide = true)]
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page (roff) on stdout.
+    #[command(hide = true)]
+    Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
     /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
@@ -207,5 +213,13 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    if !matches!(cli.cmd, Cmd::Daemon { .. }) {
+        // A client piped into `head` should end quietly like any Unix tool,
+        // not panic on EPIPE. The daemon keeps ignoring SIGPIPE: a client
+        // that hangs up must never kill it.
+        // SAFETY: restoring the default disposition of one signal before any
+        // thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     ExitCode::from(cli::run(cli))
 }

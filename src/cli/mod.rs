@@ -61,6 +61,21 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
+        Cmd::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cmd, "gpuctl", &mut std::io::stdout());
+            exit::OK
+        }
+        Cmd::Manpage => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("gpuctl: writing the man page: {e}");
+                    exit::ERROR
+                }
+            }
+        }
         Cmd::Config { key, value, json } => config_cmd(&cli.socket, &cli.config, key, value, json),
     }
 }
