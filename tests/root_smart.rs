@@ -5,12 +5,10 @@
 
 mod common;
 
-use std::ffi::CString;
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use common::fixture::machine;
-use common::harness::{describe, root_or_skip, Env, BIN, ENXIO, EPERM};
+use common::harness::{describe, join_cgroup_before_exec, root_or_skip, Env, BIN, ENXIO, EPERM};
 
 macro_rules! root_test {
     () => {
@@ -28,7 +26,6 @@ const OPEN: &str = r#"exec 3<>"$0""#;
 /// process that first joins the test cgroup; returns the errno of the open
 /// (0: opened).
 fn open_via(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> i32 {
-    let procs = CString::new(env.cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..])
         .env("GPUCTL_SOCKET", env.socket())
@@ -39,18 +36,7 @@ fn open_via(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> i32 {
         .envs(envs.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: runs in the forked child; only async-signal-safe calls on a
-    // buffer allocated before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
-            if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-                libc::_exit(100);
-            }
-            libc::close(fd);
-            Ok(())
-        });
-    }
+    join_cgroup_before_exec(&mut cmd, &env.cgroup);
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {

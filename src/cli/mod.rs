@@ -149,39 +149,16 @@ fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
             .map(|p| p.to_string_lossy().into_owned())
             .unwrap_or_else(|_| p.to_string_lossy().into_owned())
     };
-    let (req, json) = match &action {
-        AppCmd::Allow { path, gpu } => (
-            Request::App {
-                action: AppAction::Allow,
-                path: Some(abs(path)),
-                gpu: gpu.clone(),
-            },
-            false,
-        ),
-        AppCmd::Deny { path } => (
-            Request::App {
-                action: AppAction::Deny,
-                path: Some(abs(path)),
-                gpu: None,
-            },
-            false,
-        ),
-        AppCmd::Forget { path } => (
-            Request::App {
-                action: AppAction::Forget,
-                path: Some(abs(path)),
-                gpu: None,
-            },
-            false,
-        ),
-        AppCmd::List { json } => (
-            Request::App {
-                action: AppAction::List,
-                path: None,
-                gpu: None,
-            },
-            *json,
-        ),
+    let (act, path, gpu, json) = match &action {
+        AppCmd::Allow { path, gpu } => (AppAction::Allow, Some(abs(path)), gpu.clone(), false),
+        AppCmd::Deny { path } => (AppAction::Deny, Some(abs(path)), None, false),
+        AppCmd::Forget { path } => (AppAction::Forget, Some(abs(path)), None, false),
+        AppCmd::List { json } => (AppAction::List, None, None, *json),
+    };
+    let req = Request::App {
+        action: act,
+        path,
+        gpu,
     };
     let verb = match action {
         AppCmd::Allow { .. } => "allowed",

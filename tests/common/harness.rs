@@ -223,18 +223,12 @@ impl Env {
     }
 }
 
-/// Opens `node` from a forked child that first moves itself into `cgroup`;
-/// the child's exit status is the errno (0: opened). Everything happens in
-/// `pre_exec` (async-signal-safe calls only), so no helper binary is needed.
-pub fn open_in_cgroup(cgroup: &Path, node: &Path, env: Option<&[(&str, &str)]>) -> i32 {
+/// Makes `cmd`'s child move itself into `cgroup` before it execs (exit
+/// status 100 if it cannot).
+pub fn join_cgroup_before_exec(cmd: &mut Command, cgroup: &Path) {
     let procs = CString::new(cgroup.join("cgroup.procs").to_str().unwrap()).unwrap();
-    let node = CString::new(node.to_str().unwrap()).unwrap();
-    let mut cmd = Command::new("/bin/true");
-    if let Some(env) = env {
-        cmd.envs(env.iter().copied());
-    }
     // SAFETY: the closure runs in the forked child and calls only
-    // async-signal-safe functions (open, write, close, _exit) on buffers
+    // async-signal-safe functions (open, write, close, _exit) on a buffer
     // allocated before the fork.
     unsafe {
         cmd.pre_exec(move || {
@@ -243,6 +237,25 @@ pub fn open_in_cgroup(cgroup: &Path, node: &Path, env: Option<&[(&str, &str)]>) 
                 libc::_exit(100);
             }
             libc::close(fd);
+            Ok(())
+        });
+    }
+}
+
+/// Opens `node` from a forked child that first moves itself into `cgroup`;
+/// the child's exit status is the errno (0: opened). Everything happens in
+/// `pre_exec` (async-signal-safe calls only), so no helper binary is needed.
+pub fn open_in_cgroup(cgroup: &Path, node: &Path, env: Option<&[(&str, &str)]>) -> i32 {
+    let node = CString::new(node.to_str().unwrap()).unwrap();
+    let mut cmd = Command::new("/bin/true");
+    if let Some(env) = env {
+        cmd.envs(env.iter().copied());
+    }
+    join_cgroup_before_exec(&mut cmd, cgroup);
+    // SAFETY: runs in the forked child after the cgroup hook; open and
+    // _exit are async-signal-safe, `node` was allocated before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
             let r = libc::open(node.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
             let e = if r >= 0 { 0 } else { *libc::__errno_location() };
             libc::_exit(e);
