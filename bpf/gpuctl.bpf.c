@@ -140,7 +140,7 @@ static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e)
 		return;
-	e->pid = BPF_CORE_READ(task, tgid);
+	e->pid = task->tgid;
 	e->gpu = gpu;
 	e->major = major;
 	e->minor = minor;
@@ -193,7 +193,7 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 	if (!rule)
 		return 1;
 	task = bpf_get_current_task_btf();
-	if (!decide(rule, BPF_CORE_READ(task, tgid)))
+	if (!decide(rule, task->tgid))
 		return 1;
 
 	count_denied(rule->gpu);
@@ -207,28 +207,31 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
  * LSM backend: the shared check of file_open and inode_getattr. Returns the
  * rule that denies `inode` to the current task, or NULL. Anything that is
  * not a char device (or, for opens, a sysfs file) leaves after one load.
+ * Fields are read with direct (BTF, CO-RE-relocated) loads, not
+ * bpf_probe_read_kernel calls: this runs on every open and stat while
+ * something is blocked.
  */
 static __always_inline struct dev_rule *lsm_check(struct inode *inode, bool files,
 						  struct dev_key *devkey)
 {
-	umode_t mode = BPF_CORE_READ(inode, i_mode);
+	umode_t mode = inode->i_mode;
 	struct dev_rule *rule;
 	__u32 tgid;
 
 	if ((mode & S_IFMT) == S_IFCHR) {
-		dev_t rdev = BPF_CORE_READ(inode, i_rdev);
+		dev_t rdev = inode->i_rdev;
 
 		devkey->major = rdev >> MINORBITS;
 		devkey->minor = rdev & MINORMASK;
 		rule = bpf_map_lookup_elem(&blocked_devs, devkey);
 	} else if (files && (mode & S_IFMT) == S_IFREG) {
-		struct super_block *sb = BPF_CORE_READ(inode, i_sb);
+		struct super_block *sb = inode->i_sb;
 		struct file_key fkey = {};
 
-		if (BPF_CORE_READ(sb, s_magic) != SYSFS_MAGIC)
+		if (sb->s_magic != SYSFS_MAGIC)
 			return NULL;
-		fkey.dev = BPF_CORE_READ(sb, s_dev);
-		fkey.ino = BPF_CORE_READ(inode, i_ino);
+		fkey.dev = sb->s_dev;
+		fkey.ino = inode->i_ino;
 		devkey->major = 0;
 		devkey->minor = 0;
 		rule = bpf_map_lookup_elem(&blocked_files, &fkey);
@@ -245,7 +248,7 @@ SEC("lsm/file_open")
 int BPF_PROG(gpuctl_file_open, struct file *file)
 {
 	struct dev_key key;
-	struct dev_rule *rule = lsm_check(BPF_CORE_READ(file, f_inode), true, &key);
+	struct dev_rule *rule = lsm_check(file->f_inode, true, &key);
 
 	if (!rule)
 		return 0;
@@ -261,7 +264,7 @@ SEC("lsm/inode_getattr")
 int BPF_PROG(gpuctl_inode_getattr, const struct path *path)
 {
 	struct dev_key key;
-	struct inode *inode = BPF_CORE_READ(path, dentry, d_inode);
+	struct inode *inode = path->dentry->d_inode;
 
 	if (!inode || !lsm_check(inode, false, &key))
 		return 0;
@@ -305,7 +308,7 @@ int BPF_PROG(gpuctl_exit, struct task_struct *p)
 	__u32 tgid = p->tgid;
 
 	/* `live` is decremented before this tracepoint: 0 means last thread. */
-	if (BPF_CORE_READ(p, signal, live.counter) == 0)
+	if (p->signal->live.counter == 0)
 		bpf_map_delete_elem(&grants, &tgid);
 	return 0;
 }
@@ -370,9 +373,9 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	struct env_scan scan = {};
 	struct grant g = {};
 
-	inode = BPF_CORE_READ(bprm, file, f_inode);
-	fkey.dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	fkey.ino = BPF_CORE_READ(inode, i_ino);
+	inode = bprm->file->f_inode;
+	fkey.dev = inode->i_sb->s_dev;
+	fkey.ino = inode->i_ino;
 	app = bpf_map_lookup_elem(&apps, &fkey);
 	if (app) {
 		if (!app->allow) {
@@ -390,8 +393,8 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	if (!(smart_cfg & GPUCTL_SMART_ENV))
 		return 0;
 
-	scan.p = BPF_CORE_READ(p, mm, env_start);
-	scan.end = BPF_CORE_READ(p, mm, env_end);
+	scan.p = p->mm->env_start;
+	scan.end = p->mm->env_end;
 	bpf_loop(GPUCTL_ENV_MAX_STRINGS, env_step, &scan, 0);
 	if (!scan.found)
 		return 0;
@@ -424,8 +427,8 @@ int gpuctl_file_id(struct bpf_iter__task_file *ctx)
 	if (task->tgid != iter_tgid || ctx->fd != iter_fd)
 		return 0;
 	inode = file->f_inode;
-	out.dev = BPF_CORE_READ(inode, i_sb, s_dev);
-	out.ino = BPF_CORE_READ(inode, i_ino);
+	out.dev = inode->i_sb->s_dev;
+	out.ino = inode->i_ino;
 	bpf_seq_write(ctx->meta->seq, &out, sizeof(out));
 	return 0;
 }

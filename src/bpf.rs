@@ -457,6 +457,9 @@ impl Enforcer {
             }
             self.files.retain(|f, _| plan.files.contains_key(f));
             for (f, gpu) in &plan.files {
+                if self.files.get(f) == Some(gpu) {
+                    continue;
+                }
                 let rule = NodeRule {
                     gpu: *gpu,
                     flags: 0,

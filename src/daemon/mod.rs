@@ -308,13 +308,17 @@ impl Daemon {
     fn refresh(&mut self) {
         match gpu::discover(&self.roots) {
             Ok(inv) if inv != self.inventory => {
+                // Power state changes land here too; say something only
+                // when what is blocked changed.
                 self.inventory = inv;
+                let before = self.plan.clone();
                 match self.reapply() {
-                    Ok(()) => log!(
+                    Ok(()) if self.plan != before => log!(
                         "GPUs changed; mode {} re-applied, blocking {}",
                         self.choice.mode,
                         describe_blocked(&self.plan)
                     ),
+                    Ok(()) => {}
                     Err(e) => log!("re-applying after a hardware change failed: {e:#}"),
                 }
             }
