@@ -296,6 +296,8 @@ fn suspended_nvidia_gpu_is_not_woken_for_its_minor() {
         .procfs()
         .join("driver/nvidia/gpus/0000:01:00.0/information");
     let text = std::fs::read_to_string(&info).unwrap();
+    // procfs files are read-only (0444); an unprivileged test must open it up.
+    std::fs::set_permissions(&info, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     // Make the file say something only a real read could learn.
     std::fs::write(
         &info,
