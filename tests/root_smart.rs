@@ -37,7 +37,18 @@ fn open_via(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> i32 {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     join_cgroup_before_exec(&mut cmd, &env.cgroup);
-    let out = cmd.output().unwrap();
+    // A freshly copied executable can be briefly "busy": another test
+    // thread's fork may still hold the copy's write fd until it execs.
+    let mut tries = 0;
+    let out = loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => break other.unwrap(),
+        }
+    };
     let err = String::from_utf8_lossy(&out.stderr);
     match out.status.code() {
         Some(0) => 0,
