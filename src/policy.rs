@@ -89,6 +89,13 @@ pub struct Choice {
     /// Per-application rules (smart mode), by executable path.
     #[serde(default)]
     pub apps: BTreeMap<String, AppRule>,
+    /// Smart mode: an exclusive (`--only`) grant was made, so the default
+    /// GPU's nodes need their hide-from-`--only`-trees rules. Until then
+    /// they stay out of the map: opening the default GPU (what every
+    /// program does) then costs one map miss. Not persisted: grants die
+    /// with the daemon.
+    #[serde(skip)]
+    pub only_grants: bool,
 }
 
 /// `gpuctl app allow|deny PATH`: what exec of that file does in smart mode.
@@ -228,7 +235,7 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
     }
     // Smart mode: the default GPU stays open to everyone, except trees
     // granted with `--only`, which see only their GPU.
-    if smart {
+    if smart && choice.only_grants {
         if let Some(d) = inv.default_gpu() {
             for n in &d.nodes {
                 out.nodes.insert(
@@ -418,6 +425,13 @@ mod tests {
     #[test]
     fn smart_blocks_offload_grantably_and_hides_default_only_for_only_trees() {
         let p = plan(&laptop(), &choice(Mode::Smart)).unwrap();
+        assert!(
+            !p.nodes.contains_key(&DevNum::new(226, 1)),
+            "no --only grant yet"
+        );
+        let mut c = choice(Mode::Smart);
+        c.only_grants = true;
+        let p = plan(&laptop(), &c).unwrap();
         assert!(p.smart);
         assert_eq!(p.blocked, BTreeSet::from([1]));
         for d in ["226:0", "226:129", "195:0", "195:255"] {

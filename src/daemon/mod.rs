@@ -393,7 +393,12 @@ impl Daemon {
             }
         }
         let t0 = Instant::now();
-        self.refresh();
+        // Reads report live power state, so they re-read sysfs. Changes use
+        // the inventory uevents keep current (a node, GPU or display
+        // appearing re-plans at once), unless uevents are unavailable.
+        if !req.is_change() || self.uevents.is_none() {
+            self.refresh();
+        }
         let resp = match &req {
             Request::Ping {} => Response::ok(json!({
                 "pid": std::process::id(),
@@ -407,6 +412,7 @@ impl Daemon {
                 Ok(mode) => self.change(Choice {
                     mode,
                     force: *force,
+                    only_grants: false,
                     ..self.choice.clone()
                 }),
                 Err(e) => Response::err(Code::BadRequest, e),
@@ -505,6 +511,17 @@ impl Daemon {
                 let Ok(pid) = u32::try_from(peer.pid) else {
                     return Response::err(Code::Internal, "bad peer pid");
                 };
+                // The first exclusive grant puts the default GPU's hide
+                // rules in the map, before the grant (and the exec) exist.
+                if only && !self.choice.only_grants {
+                    let resp = self.change(Choice {
+                        only_grants: true,
+                        ..self.choice.clone()
+                    });
+                    if !resp.ok {
+                        return resp;
+                    }
+                }
                 if let Err(e) = self
                     .enforcer
                     .grant(pid, 1 << gpu.id, bpf::GrantHow::Run, only)
