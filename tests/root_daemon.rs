@@ -260,12 +260,16 @@ fn corrupt_state_file_falls_back_to_hybrid() {
     // And it still works.
     ok(&env, &["set", "integrated"]);
     assert_opens(&env, &DGPU, EPERM, "after corrupt state");
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(env.state_file()).unwrap()).unwrap();
-    assert_eq!(saved["mode"], "integrated");
+    // A new, valid state file replaces the bad one: stopping right after
+    // the answer (as a reboot would) keeps the mode.
     let log = env.stop();
     assert!(log.contains("corrupt"), "{log}");
     assert!(log.contains("invalid"), "{log}");
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(env.state_file()).unwrap()).unwrap();
+    assert_eq!(saved["mode"], "integrated");
+    env.start();
+    assert_opens(&env, &DGPU, EPERM, "restarted after recovery");
 }
 
 #[test]

@@ -153,6 +153,11 @@ pub fn status(d: &Value) -> String {
     if let Some(n) = d["note"].as_str() {
         out.push_str(&format!("note:     {n}\n"));
     }
+    if let Some(n) = d["state_not_saved"].as_str() {
+        out.push_str(&format!(
+            "WARNING:  the mode is not saved ({n}); it will not survive a restart\n"
+        ));
+    }
     let rows: Vec<Vec<String>> = d["gpus"]
         .as_array()
         .into_iter()

@@ -48,8 +48,13 @@ pub enum BackendChoice {
     Cgroup,
 }
 
+/// One log line, written with one write(2) (stderr is unbuffered, and
+/// eprintln! writes each formatted piece separately).
 macro_rules! log {
-    ($($arg:tt)*) => { eprintln!("gpuctl: {}", format_args!($($arg)*)) };
+    ($($arg:tt)*) => {{
+        let line = format!("gpuctl: {}\n", format_args!($($arg)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    }};
 }
 
 /// The daemon's state. Dropping it detaches every program (fail-open).
@@ -77,6 +82,10 @@ struct Daemon {
     watches: BTreeMap<WatchDescriptor, PathBuf>,
     /// Hot-plug and late-driver events; `None` where netlink is refused.
     uevents: Option<uevent::Uevents>,
+    /// The choice changed and is not saved yet.
+    dirty: bool,
+    /// Why the last save failed, if it did.
+    save_error: Option<String>,
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -118,6 +127,8 @@ pub fn run(opts: Options) -> Result<()> {
         inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .context("creating the inotify instance")?,
         watches: BTreeMap::new(),
+        dirty: false,
+        save_error: None,
         uevents: match uevent::Uevents::open() {
             Ok(u) => Some(u),
             Err(e) => {
@@ -266,6 +277,7 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         drop(fds);
 
         if !revents[0].is_empty() {
+            d.persist();
             return Ok(());
         }
         let now = Instant::now();
@@ -299,6 +311,7 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         if !revents[1].is_empty() {
             server.accept(now);
         }
+        d.persist();
     }
 }
 
@@ -355,19 +368,16 @@ impl Daemon {
         Ok(())
     }
 
-    /// Makes `choice` the new choice: checked by the rules, applied, saved.
-    /// The kernel is changed first, so the block is in force before the
-    /// fsync; if either step fails, both are put back and nothing changes.
+    /// Makes `choice` the new choice: checked by the rules and applied;
+    /// if the kernel refuses, nothing changes. Saving it (temp file, fsync,
+    /// rename, fsync) happens right after the response is sent
+    /// ([`Daemon::persist`]), so the client does not wait for the disk.
     fn change(&mut self, choice: Choice) -> Response {
         let plan = match policy::check(&self.inventory, &choice) {
             Ok(p) => p,
             Err(r) => return Response::err(Code::Refused, r.0),
         };
-        let failed = match self.enforcer.apply(&plan) {
-            Err(e) => Some(e),
-            Ok(()) => state::save(&self.state_path, &choice).err(),
-        };
-        if let Some(e) = failed {
+        if let Err(e) = self.enforcer.apply(&plan) {
             if let Err(back) = self.enforcer.apply(&self.plan) {
                 log!("restoring the previous blocks failed: {back:#}");
             }
@@ -376,7 +386,26 @@ impl Daemon {
         self.choice = choice;
         self.plan = plan;
         self.note = None;
+        self.dirty = true;
         Response::ok(self.mode_json())
+    }
+
+    /// Saves the choice if a change is not saved yet. Runs after responses
+    /// are flushed and before the loop waits again, so a stop (SIGTERM) never
+    /// finds it unsaved. A failure is logged and shown by `status`; the next
+    /// change tries again.
+    fn persist(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        match state::save(&self.state_path, &self.choice) {
+            Ok(()) => self.save_error = None,
+            Err(e) => {
+                log!("{e:#}; the change is in force but will not survive a restart");
+                self.save_error = Some(format!("{e:#}"));
+            }
+        }
     }
 
     fn handle(&mut self, req: Request, peer: Option<&Peer>) -> Response {
@@ -840,6 +869,7 @@ impl Daemon {
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
+            "state_not_saved": self.save_error,
             "grants": self.grants_json(),
             "grants_refused_map_full": self.grants_full,
             "env_grants": self.config.env_grants,
