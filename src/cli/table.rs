@@ -38,6 +38,23 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// `NVIDIA GA107M [GeForce RTX 3050 Mobile]`; unknown parts left out.
+fn name(g: &Value) -> String {
+    let parts: Vec<&str> = [&g["vendor"], &g["name"]]
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    if parts.is_empty() {
+        format!(
+            "unknown device {}:{}",
+            s(&g["vendor_id"]),
+            s(&g["device_id"])
+        )
+    } else {
+        parts.join(" ")
+    }
+}
+
 fn power(g: &Value) -> String {
     match (g["power_state"].as_str(), g["runtime_status"].as_str()) {
         (Some(p), Some(r)) => format!("{p} ({r})"),
@@ -117,7 +134,7 @@ pub fn list(data: &Value) -> String {
             vec![
                 s(&g["id"]),
                 s(&g["pci"]),
-                format!("{} {}", s(&g["vendor"]), s(&g["name"])),
+                name(g),
                 s(&g["driver"]),
                 nodes(g),
                 role(g),
@@ -139,12 +156,15 @@ pub fn list(data: &Value) -> String {
 /// `gpuctl status`.
 pub fn status(d: &Value) -> String {
     let mut out = format!(
-        "daemon:   pid {}, version {}, up {} s\nbackend:  {} (attached to {}: {})\n          {}\nmode:     {}{}\n",
+        "daemon:   pid {}, version {}, up {} s\nbackend:  {} ({}{})\n          {}\nmode:     {}{}\n",
         s(&d["daemon"]["pid"]),
         s(&d["daemon"]["version"]),
         s(&d["daemon"]["uptime_s"]),
         s(&d["backend"]),
-        s(&d["cgroup"]),
+        d["cgroup"]
+            .as_str()
+            .map(|c| format!("on cgroup {c}: "))
+            .unwrap_or_default(),
         if d["attached"] == true { "programs attached" } else { "nothing attached" },
         s(&d["backend_limits"]),
         s(&d["mode"]),
