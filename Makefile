@@ -60,6 +60,10 @@ test-install:
 		test -s $$d/$$f || { echo "make install did not install $$f"; exit 1; }; done && \
 	grep -q '^ExecStart=/usr/bin/gpuctl daemon' $$d/usr/lib/systemd/system/gpuctl.service && \
 	file $$d/usr/bin/gpuctl | grep -q 'static-pie linked' && \
+	if command -v systemd-analyze >/dev/null; then \
+		sed "s|/usr/bin/gpuctl|$$d/usr/bin/gpuctl|" $$d/usr/lib/systemd/system/gpuctl.service \
+			> $$d/gpuctl.service && systemd-analyze verify --man=no $$d/gpuctl.service; \
+	else echo "systemd-analyze not found: unit not verified"; fi && \
 	echo "install: 1 passed, 0 failed" && rm -rf $$d
 
 test-unit:
