@@ -247,6 +247,44 @@ mod tests {
         assert!(decode(br#"{"type":"set","mode":"hybrid"}"#).is_ok());
     }
 
+    /// Arbitrary bytes and mutated valid requests never panic the decoder;
+    /// every failure is an error response with a code.
+    #[test]
+    fn decoder_survives_garbage() {
+        let seeds: Vec<Vec<u8>> = [
+            r#"{"type":"set","mode":"integrated","force":true}"#,
+            r#"{"type":"app","action":"allow","path":"/usr/bin/x","gpu":"1"}"#,
+            r#"{"type":"grant","gpu":null,"only":false,"proto":1}"#,
+        ]
+        .iter()
+        .map(|s| s.as_bytes().to_vec())
+        .collect();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for i in 0..20_000 {
+            let mut b = seeds[i % seeds.len()].clone();
+            for _ in 0..(next() % 6) {
+                let pos = (next() as usize) % (b.len() + 1);
+                match next() % 3 {
+                    0 if pos < b.len() => b[pos] = next() as u8,
+                    1 => b.insert(pos, next() as u8),
+                    _ if pos < b.len() => {
+                        b.remove(pos);
+                    }
+                    _ => {}
+                }
+            }
+            if let Err(r) = decode(&b) {
+                assert!(!r.ok && r.error.is_some());
+            }
+        }
+    }
+
     #[test]
     fn response_shape() {
         let r = Response::err(Code::Refused, "no");
