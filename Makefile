@@ -75,12 +75,12 @@ test-vm: static
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
-	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h
+	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
 	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh)
 
 fmt:
 	$(CARGO) fmt
-	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h
+	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
 
 demo: build
 	tests/demo.sh target/debug/gpuctl

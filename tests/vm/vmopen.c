@@ -23,16 +23,26 @@ static const char *errname(int e)
 	static char buf[32];
 
 	switch (e) {
-	case ENOENT: return "ENOENT";
-	case EPERM: return "EPERM";
-	case EACCES: return "EACCES";
-	case ENXIO: return "ENXIO";
-	case ENODEV: return "ENODEV";
-	case EBUSY: return "EBUSY";
-	case EINVAL: return "EINVAL";
-	case EIO: return "EIO";
-	case ENOTDIR: return "ENOTDIR";
-	case EFAULT: return "EFAULT";
+	case ENOENT:
+		return "ENOENT";
+	case EPERM:
+		return "EPERM";
+	case EACCES:
+		return "EACCES";
+	case ENXIO:
+		return "ENXIO";
+	case ENODEV:
+		return "ENODEV";
+	case EBUSY:
+		return "EBUSY";
+	case EINVAL:
+		return "EINVAL";
+	case EIO:
+		return "EIO";
+	case ENOTDIR:
+		return "ENOTDIR";
+	case EFAULT:
+		return "EFAULT";
 	}
 	snprintf(buf, sizeof(buf), "E%d", e);
 	return buf;
