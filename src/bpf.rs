@@ -104,6 +104,8 @@ pub struct Options {
     pub log_level: LogLevel,
     /// Exempt from every block (the daemon itself).
     pub daemon_tgid: u32,
+    /// Size of the grant map (processes holding a grant at once).
+    pub max_grants: u32,
 }
 
 /// How a process got its grant (`struct grant.how`).
@@ -287,6 +289,10 @@ fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
         .context("the BPF object has no .rodata section")?;
     rodata.log_level = opts.log_level.raw();
     rodata.daemon_tgid = opts.daemon_tgid;
+    open.maps
+        .grants
+        .set_max_entries(opts.max_grants.max(1))
+        .context("sizing the grant map")?;
     let lsm = opts.backend == Backend::Lsm;
     open.progs.gpuctl_file_open.set_autoload(lsm);
     open.progs.gpuctl_inode_getattr.set_autoload(lsm);
@@ -531,17 +537,20 @@ impl Enforcer {
     }
 
     /// Grants `pid`'s thread group access to the GPUs in `gpus`; every
-    /// process it forks from now on inherits it.
-    pub fn grant(&self, pid: u32, gpus: u32, how: GrantHow, only: bool) -> Result<()> {
-        self.skel
-            .maps
-            .grants
-            .update(
-                &pid.to_ne_bytes(),
-                &grant_bytes(gpus, how, only),
-                MapFlags::ANY,
-            )
-            .with_context(|| format!("granting pid {pid} (the grant map may be full)"))
+    /// process it forks from now on inherits it. `Ok(false)`: the grant map
+    /// is full, and the process stays denied.
+    pub fn grant(&self, pid: u32, gpus: u32, how: GrantHow, only: bool) -> Result<bool> {
+        let res = self.skel.maps.grants.update(
+            &pid.to_ne_bytes(),
+            &grant_bytes(gpus, how, only),
+            MapFlags::ANY,
+        );
+        match res {
+            Ok(()) => Ok(true),
+            // E2BIG: the map is at max_entries.
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("granting pid {pid}")),
+        }
     }
 
     /// Every live grant.
@@ -811,6 +820,7 @@ mod tests {
             cgroup: Some(cg.clone()),
             log_level: LogLevel::Off,
             daemon_tgid: exempt as u32,
+            max_grants: 16,
         })
         .unwrap();
         let mut plan = Plan::default();

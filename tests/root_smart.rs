@@ -355,3 +355,47 @@ fn config_changes_apply_live_and_keep_comments() {
     assert_eq!(all["config"]["env_grants"], false);
     assert_eq!(all["config"]["bpf_log"], "debug");
 }
+
+/// The grant map is bounded (max_grants). When it is full a new grant is
+/// refused: the process is denied, nothing crashes, and status counts it.
+#[test]
+fn full_grant_map_denies_and_counts() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::write(env.dir.join("gpuctl.toml"), "max_grants = 1\n").unwrap();
+    env.start();
+    assert!(env.gpuctl(&["set", "smart"]).status.success());
+    let dgpu = node_arg(&env, 226, 0);
+
+    // `gpuctl run` takes the only slot; the shell's forked subshell cannot
+    // inherit the grant (map full), so its open is denied.
+    let subshell = r#"(exec 3<>"$0")"#;
+    let cmd = [BIN, "run", "--", "/bin/sh", "-c", subshell, &dgpu];
+    assert_eq!(open_via(&env, &cmd, &[]), EPERM);
+    let st = env.json(&["status"]);
+    assert!(st["grants_refused_map_full"].as_u64().unwrap() >= 1, "{st}");
+
+    // While one process holds the slot, the daemon refuses a second grant.
+    let mut holder = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .args(["run", "--", "/bin/sleep", "10"])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while env.json(&["status"])["grants"]
+        .as_array()
+        .unwrap()
+        .is_empty()
+    {
+        assert!(std::time::Instant::now() < deadline, "holder never granted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = env.gpuctl(&["run", "--", "/bin/true"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("max_grants"));
+    let _ = holder.kill();
+    let _ = holder.wait();
+    // The daemon is fine.
+    assert_eq!(env.json(&["get"])["mode"], "smart");
+}

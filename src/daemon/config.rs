@@ -18,6 +18,10 @@ pub struct Config {
     /// Smart mode: grant processes exec'd with a non-empty `DRI_PRIME`
     /// other than `0`, or with `__NV_PRIME_RENDER_OFFLOAD=1`.
     pub env_grants: bool,
+    /// Processes that can hold a grant at once (the kernel map's size,
+    /// fixed at load). Past it a new grant is refused: the process is
+    /// denied, never crashed, and `status` counts it.
+    pub max_grants: u32,
 }
 
 impl Default for Config {
@@ -26,6 +30,7 @@ impl Default for Config {
             group: "gpuctl".to_string(),
             bpf_log: LogLevel::Off,
             env_grants: true,
+            max_grants: 8192,
         }
     }
 }
@@ -65,7 +70,7 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
 }
 
 /// Every key, for listings and errors.
-pub const KEYS: [&str; 3] = ["group", "bpf_log", "env_grants"];
+pub const KEYS: [&str; 4] = ["group", "bpf_log", "env_grants", "max_grants"];
 
 impl Config {
     /// The config as `key → value` JSON.
@@ -88,6 +93,14 @@ pub fn edit(text: &str, key: &str, value: &str) -> Result<(String, Config), Stri
             "true" | "on" | "yes" => toml_edit::value(true),
             "false" | "off" | "no" => toml_edit::value(false),
             _ => return Err(format!("{key} is true or false, not {value:?}")),
+        },
+        "max_grants" => match value.parse::<i64>() {
+            Ok(n) if (1..=1_000_000).contains(&n) => toml_edit::value(n),
+            _ => {
+                return Err(format!(
+                    "{key} is a number from 1 to 1000000, not {value:?}"
+                ))
+            }
         },
         _ => toml_edit::value(value),
     };

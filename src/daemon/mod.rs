@@ -178,6 +178,7 @@ fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
             cgroup: opts.cgroup.clone(),
             log_level: config.bpf_log,
             daemon_tgid: std::process::id(),
+            max_grants: config.max_grants,
         })
     };
     let lsms = active_lsms(&opts.roots);
@@ -538,11 +539,22 @@ impl Daemon {
                         return resp;
                     }
                 }
-                if let Err(e) = self
+                match self
                     .enforcer
                     .grant(pid, 1 << gpu.id, bpf::GrantHow::Run, only)
                 {
-                    return Response::err(Code::Internal, format!("{e:#}"));
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return Response::err(
+                            Code::Refused,
+                            format!(
+                                "refused: {} processes already hold a grant (max_grants in the \
+                                 config); this one stays denied",
+                                self.config.max_grants
+                            ),
+                        )
+                    }
+                    Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
                 }
                 log!(
                     "granted pid {} ({}) {}{}",
@@ -600,8 +612,10 @@ impl Daemon {
                 return Response::err(Code::Internal, format!("{e:#}"));
             }
         }
-        if new.bpf_log != self.config.bpf_log {
-            note = Some("bpf_log is fixed when the BPF programs load: restart the daemon");
+        if new.bpf_log != self.config.bpf_log || new.max_grants != self.config.max_grants {
+            note = Some(
+                "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
+            );
         }
         self.config = new;
         Response::ok(json!({ "key": key, "value": self.config.to_json()[key], "note": note }))
