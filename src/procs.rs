@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::DevNum;
+use crate::gpu::{DevNum, Inventory};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Holder {
@@ -23,6 +23,19 @@ pub struct Holder {
 
 fn split_rdev(rdev: u64) -> DevNum {
     DevNum::from_userspace(rdev)
+}
+
+/// Who holds the GPUs of `inv` open: every GPU, or only the one `gpu`
+/// names (an id or PCI address; an unknown one is an error message).
+pub fn holders_of(
+    inv: &Inventory,
+    procfs: &Path,
+    gpu: Option<&str>,
+) -> Result<Vec<Holder>, String> {
+    let only = gpu.map(|a| inv.find(a).map(|g| g.id)).transpose()?;
+    let mut owners = crate::gpu::node_owners(inv);
+    owners.retain(|_, id| only.is_none_or(|o| o == *id));
+    Ok(holders(procfs, &owners))
 }
 
 /// Every open file descriptor, in any process, of a node in `owners`

@@ -268,8 +268,8 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
     let holders = holders
         .and_then(|h| h["holders"].as_array().cloned())
         .unwrap_or_else(|| {
-            let owners = gpu::node_owners(&inv);
-            crate::procs::holders(&roots.procfs, &owners)
+            crate::procs::holders_of(&inv, &roots.procfs, None)
+                .unwrap_or_default()
                 .into_iter()
                 .filter_map(|h| serde_json::to_value(h).ok())
                 .collect()

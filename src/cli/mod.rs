@@ -111,12 +111,9 @@ fn run_cmd(
         Ok(resp) => return report(&resp),
         Err(ClientError::NotRunning(_)) => {
             // No daemon: nothing is blocked, so the environment alone does it.
-            let inv = match gpu::discover(roots) {
+            let inv = match local_inventory(roots) {
                 Ok(i) => i,
-                Err(e) => {
-                    eprintln!("gpuctl: {e:#}");
-                    return exit::ERROR;
-                }
+                Err(code) => return code,
             };
             match inv.run_target(gpu.as_deref()) {
                 Ok(g) => g.clone(),
@@ -268,6 +265,15 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
     }
 }
 
+/// Discovery in the client itself (no daemon); on failure, the message is
+/// printed and the exit status returned.
+fn local_inventory(roots: &Roots) -> Result<gpu::Inventory, u8> {
+    gpu::discover(roots).map_err(|e| {
+        eprintln!("gpuctl: {e:#}");
+        exit::ERROR
+    })
+}
+
 fn note(d: &Value) -> String {
     match d["note"].as_str() {
         Some(n) => format!(" (not fully in force: {n})"),
@@ -352,14 +358,11 @@ fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
     let data = match client::request(socket, &Request::List {}) {
         Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
         Ok(resp) => return report(&resp),
-        Err(ClientError::NotRunning(_)) => match gpu::discover(roots) {
-            // No daemon: the hardware facts alone; mode, backend and
-            // blocked are unknown (null).
+        // No daemon: the hardware facts alone; mode, backend and blocked
+        // are unknown (null).
+        Err(ClientError::NotRunning(_)) => match local_inventory(roots) {
             Ok(inv) => json!({"schema": 1, "mode": null, "backend": null, "gpus": inv.gpus}),
-            Err(e) => {
-                eprintln!("gpuctl: {e:#}");
-                return exit::ERROR;
-            }
+            Err(code) => return code,
         },
         Err(e) => return client_error(&e),
     };
@@ -378,24 +381,17 @@ fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bo
         Err(ClientError::NotRunning(_)) => {
             // Without the daemon, look ourselves (an unprivileged user sees
             // only their own processes).
-            let inv = match gpu::discover(roots) {
+            let inv = match local_inventory(roots) {
                 Ok(i) => i,
-                Err(e) => {
-                    eprintln!("gpuctl: {e:#}");
-                    return exit::ERROR;
-                }
+                Err(code) => return code,
             };
-            let only = match gpu.as_deref().map(|a| inv.find(a)) {
-                Some(Ok(g)) => Some(g.id),
-                Some(Err(e)) => {
+            match crate::procs::holders_of(&inv, &roots.procfs, gpu.as_deref()) {
+                Ok(h) => json!({ "holders": h }),
+                Err(e) => {
                     eprintln!("gpuctl: {e}");
                     return exit::USAGE;
                 }
-                None => None,
-            };
-            let mut owners = gpu::node_owners(&inv);
-            owners.retain(|_, id| only.is_none_or(|o| o == *id));
-            json!({ "holders": crate::procs::holders(&roots.procfs, &owners) })
+            }
         }
         Err(e) => return client_error(&e),
     };

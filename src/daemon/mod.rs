@@ -719,14 +719,9 @@ impl Daemon {
     }
 
     fn who(&self, arg: Option<&str>) -> Response {
-        let only = match arg.map(|a| self.inventory.find(a)) {
-            Some(Ok(g)) => Some(g.id),
-            Some(Err(e)) => return Response::err(Code::UnknownGpu, e),
-            None => None,
-        };
-        let mut owners = gpu::node_owners(&self.inventory);
-        owners.retain(|_, id| only.is_none_or(|o| o == *id));
-        let holders = procs::holders(&self.roots.procfs, &owners);
-        Response::ok(json!({ "holders": holders }))
+        match procs::holders_of(&self.inventory, &self.roots.procfs, arg) {
+            Ok(holders) => Response::ok(json!({ "holders": holders })),
+            Err(e) => Response::err(Code::UnknownGpu, e),
+        }
     }
 }
