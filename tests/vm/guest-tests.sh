@@ -54,7 +54,7 @@ boots=(
   "auto-fallback|$no_bpf_lsm GPUCTL_BACKEND=auto EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM EXPECT_LSM_REFUSED=1"
 )
 
-bad=0 ran=0
+bad=0 ran=0 total_pass=0 total_fail=0
 t_all=$SECONDS
 for b in "${boots[@]}"; do
   label=${b%%|*} append=${b#*|}
@@ -74,6 +74,7 @@ for b in "${boots[@]}"; do
   counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" 2>/dev/null | tail -n1 || true)
   if [[ -z $counts ]]; then
     echo "vm: $label: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
+    total_fail=$((total_fail + 1))
     sed 's/^/  /' "$tmp/run.err"
     bad=1
     continue
@@ -85,6 +86,8 @@ for b in "${boots[@]}"; do
     line+=" (but the guest exited $rc)"
     nf=1
   fi
+  total_pass=$((total_pass + np))
+  total_fail=$((total_fail + nf))
   echo "$line (${secs}s)"
   if [[ $nf != 0 ]]; then
     bad=1
@@ -98,4 +101,6 @@ for b in "${boots[@]}"; do
 done
 [[ $ran -gt 0 ]] || die "no boot matches --only ${only[*]}"
 echo "vm: $ran boot(s) in $((SECONDS - t_all))s"
+# The plain closing line CI reads.
+echo "vm: $total_pass passed, $total_fail failed"
 exit "$bad"
