@@ -55,6 +55,16 @@ pub fn holders(procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
         };
         let mut comm = None;
         for fd in fds.flatten() {
+            // Device nodes live under /dev in every mount namespace
+            // (containers and Flatpak bind-mount /dev/dri). Only those are
+            // stat'ed: stat follows the link to the file's filesystem, and
+            // a hung network mount would stall the daemon's loop.
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if !target.starts_with("/dev/") {
+                continue;
+            }
             let Ok(meta) = std::fs::metadata(fd.path()) else {
                 continue;
             };
@@ -72,9 +82,7 @@ pub fn holders(procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
                         .unwrap_or_default()
                 })
                 .clone();
-            let path = std::fs::read_link(fd.path())
-                .map(|l| l.to_string_lossy().into_owned())
-                .unwrap_or_default();
+            let path = target.to_string_lossy().into_owned();
             out.push(Holder {
                 gpu,
                 pid,

@@ -83,7 +83,10 @@ fn who_finds_holders_by_device_number() {
     // A process of the fixture's procfs holding the NVIDIA card open: its
     // fd link points at a node with the card's device number (226:0),
     // under a name that says nothing about it.
-    let node = m.root().join("some-node");
+    // Under /dev (as real device nodes are: `who` only follows fd links
+    // into /dev), with a name that says nothing about the GPU.
+    let node = std::path::PathBuf::from(format!("/dev/shm/gpuctl-who-{}", std::process::id()));
+    let _ = std::fs::remove_file(&node);
     let c = std::ffi::CString::new(node.to_str().unwrap()).unwrap();
     // SAFETY: valid path; plain mknod(2).
     let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(226, 0)) };
@@ -109,4 +112,17 @@ fn who_finds_holders_by_device_number() {
     assert_eq!(code, 2, "{}", out);
     let (_, doc) = gpuctl(&m, &["doctor"]);
     assert!(doc.contains("nvtop (pid 4242) holds"), "{doc}");
+    // A link outside /dev is not followed (it could be a hung network mount).
+    std::fs::remove_file(fd_dir.join("7")).unwrap();
+    let elsewhere = std::path::PathBuf::from(format!("/tmp/gpuctl-who-{}", std::process::id()));
+    let _ = std::fs::remove_file(&elsewhere);
+    let c2 = std::ffi::CString::new(elsewhere.to_str().unwrap()).unwrap();
+    // SAFETY: valid path; plain mknod(2).
+    let r = unsafe { libc::mknod(c2.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(226, 0)) };
+    assert_eq!(r, 0);
+    std::os::unix::fs::symlink(&elsewhere, fd_dir.join("7")).unwrap();
+    let (_, none) = gpuctl(&m, &["who", "1"]);
+    assert!(none.contains("No process holds a GPU open"), "{none}");
+    std::fs::remove_file(&node).unwrap();
+    std::fs::remove_file(&elsewhere).unwrap();
 }

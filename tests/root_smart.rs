@@ -216,6 +216,16 @@ fn app_rules_grant_that_binary_only() {
     assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), EPERM);
     assert_eq!(env.json(&["app", "list"])["apps"], serde_json::json!([]));
 
+    // A FIFO cannot stall the daemon (a plain open would block forever).
+    let fifo = env.dir.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: valid path; plain mkfifo(3).
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let out = env.gpuctl(&["app", "allow", fifo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+    assert_eq!(env.json(&["get"])["mode"], "smart");
+
     // A #! script gets a note: exec runs its interpreter.
     let script = env.dir.join("launch.sh");
     std::fs::write(&script, "#!/bin/sh\nexec true\n").unwrap();

@@ -6,6 +6,8 @@
 //! by a package upgrade (a new inode renamed over the path) is re-resolved
 //! without polling.
 
+use std::os::unix::fs::OpenOptionsExt;
+
 use anyhow::{Context, Result};
 use nix::sys::inotify::AddWatchFlags;
 use serde_json::{json, Value};
@@ -50,7 +52,17 @@ impl Daemon {
 
     fn install_app(&mut self, path: &str, rule: &AppRule) -> Result<()> {
         self.watch_dir_of(path);
-        let f = std::fs::File::open(path).with_context(|| format!("opening {path}"))?;
+        // O_PATH: never blocks (a FIFO would stall the loop on a plain
+        // open) and reads nothing; the kernel still knows the inode.
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(path)
+            .with_context(|| format!("opening {path}"))?;
+        let meta = f.metadata().with_context(|| format!("stat {path}"))?;
+        if !meta.is_file() {
+            anyhow::bail!("{path} is not a regular file (an executable is needed)");
+        }
         let id = self.enforcer.kernel_file_id(&f)?;
         let mask = self.app_mask(rule);
         self.enforcer.set_app(id, Some((mask, rule.allow)))?;
