@@ -24,7 +24,7 @@ CLANG_FORMAT ?= clang-format
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev
 
-.PHONY: all deps build static test test-install test-unit test-vm lint fmt demo bench install uninstall clean
+.PHONY: all deps build static test test-install test-unit test-vm lint fmt demo bench bench-vm-lsm install uninstall clean
 
 all: build
 
@@ -87,6 +87,10 @@ demo: build
 
 bench: static
 	bench/run.sh $(STATIC_BIN)
+
+# The lsm backend's per-program cost, in the QEMU tier (TCG: ratios only).
+bench-vm-lsm: static
+	bench/vm-lsm.sh $(STATIC_BIN)
 
 install: static
 	install -D -m 0755 $(STATIC_BIN) $(DESTDIR)$(BINDIR)/gpuctl
