@@ -30,6 +30,9 @@ pub mod exit {
     pub const REFUSED: u8 = 4;
     /// The caller may not change the mode.
     pub const DENIED: u8 = 5;
+    /// `gpuctl daemon`: this kernel cannot load or attach the BPF programs
+    /// (sysexits' EX_CONFIG; the systemd unit does not restart on it).
+    pub const UNSUPPORTED: u8 = 78;
 }
 
 #[derive(Parser)]

@@ -36,7 +36,11 @@ pub fn run(cli: Cli) -> u8 {
                 Ok(()) => exit::OK,
                 Err(e) => {
                     eprintln!("gpuctl: error: {e:#}");
-                    exit::ERROR
+                    if e.downcast_ref::<daemon::Unsupported>().is_some() {
+                        exit::UNSUPPORTED
+                    } else {
+                        exit::ERROR
+                    }
                 }
             }
         }

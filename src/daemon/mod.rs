@@ -29,6 +29,18 @@ use auth::Peer;
 use config::Config;
 use server::Server;
 
+/// Marks a start-up failure that a restart cannot fix (this kernel cannot
+/// load or attach the BPF programs): the daemon exits with `EX_CONFIG` (78),
+/// which the systemd unit does not restart, instead of crash-looping.
+#[derive(Debug)]
+pub struct Unsupported;
+
+impl std::fmt::Display for Unsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("gpuctl cannot enforce on this kernel (run `gpuctl doctor`)")
+    }
+}
+
 /// How the daemon was asked to run (`gpuctl daemon …`).
 pub struct Options {
     pub roots: Roots,
@@ -111,7 +123,7 @@ pub fn run(opts: Options) -> Result<()> {
         log!("{w}");
     }
     let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
-    let enforcer = load_backend(&opts, &config)?;
+    let enforcer = load_backend(&opts, &config).map_err(|e| e.context(Unsupported))?;
     let mut d = Daemon {
         roots: opts.roots,
         state_path,
