@@ -84,8 +84,6 @@ struct Daemon {
     note: Option<String>,
     enforcer: Enforcer,
     started: Instant,
-    /// Grants the kernel could not store (map full), as of the last status.
-    grants_full: u64,
     /// Why an app rule is not in force, by path.
     app_errors: BTreeMap<String, String>,
     /// The kernel identity each app rule is installed under, by path.
@@ -135,7 +133,6 @@ pub fn run(opts: Options) -> Result<()> {
         note: None,
         enforcer,
         started: Instant::now(),
-        grants_full: 0,
         app_errors: BTreeMap::new(),
         app_ids: BTreeMap::new(),
         inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
@@ -678,7 +675,7 @@ impl Daemon {
     }
 
     fn status(&mut self) -> Response {
-        self.grants_full = self.enforcer.grants_full().unwrap_or(0);
+        let grants_full = self.enforcer.grants_full().unwrap_or(0);
         let denied = match self.enforcer.denied_counts() {
             Ok(d) => d,
             Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
@@ -717,7 +714,7 @@ impl Daemon {
             "note": self.note,
             "state_not_saved": self.save_error,
             "grants": self.grants_json(),
-            "grants_refused_map_full": self.grants_full,
+            "grants_refused_map_full": grants_full,
             "env_grants": self.config.env_grants,
             "blocked_nodes": self
                 .plan
