@@ -507,6 +507,33 @@ fn plain_users_see_only_their_own_processes() {
         .any(|g| g["pid"] == root_run.id()));
     let _ = root_run.kill();
     let _ = root_run.wait();
+
+    // Events: a plain user sees that root's open was denied, not who.
+    let mut events = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .args(["events", "--json"])
+        .uid(ATTACKER)
+        .gid(ATTACKER)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while env.json(&["status"])["events"] != true {
+        assert!(Instant::now() < deadline, "no subscriber seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(env.open_errno(226, 0), EPERM);
+    let mut line = String::new();
+    BufReader::new(events.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = events.kill();
+    let _ = events.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["event"], "denied", "{v}");
+    assert_eq!(v["node"], "226:0", "{v}");
+    assert_eq!(v["pid"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["comm"], serde_json::Value::Null, "{v}");
     env.stop();
 }
 
