@@ -103,13 +103,30 @@ pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
 }
 
 fn exchange(stream: &mut UnixStream, req: &Request) -> Result<Response, ClientError> {
+    exchange_line(stream, &proto::encode(req))
+}
+
+/// Sends a request given as JSON (a request type this build's enum may not
+/// have, e.g. one a newer daemon offers) and returns the response.
+pub fn request_value(socket: &Path, req: &serde_json::Value) -> Result<Response, ClientError> {
+    let mut stream = connect(socket)?;
+    let mut v = req.clone();
+    if let serde_json::Value::Object(o) = &mut v {
+        o.insert("proto".into(), proto::PROTO.into());
+    }
+    let mut line = v.to_string().into_bytes();
+    line.push(b'\n');
+    exchange_line(&mut stream, &line)
+}
+
+fn exchange_line(stream: &mut UnixStream, line: &[u8]) -> Result<Response, ClientError> {
     let setup = |e: std::io::Error| ClientError::Io(e.into());
     stream.set_read_timeout(Some(TIMEOUT)).map_err(setup)?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(setup)?;
     // The daemon may already have answered `busy` and closed: its answer
     // is still readable, so a failed write is only reported if no answer
     // follows.
-    let sent = stream.write_all(&proto::encode(req));
+    let sent = stream.write_all(line);
     let mut line = Vec::new();
     let read = BufReader::new(stream.take(MAX_LINE as u64 * 16)).read_until(b'\n', &mut line);
     if line.is_empty() {

@@ -7,6 +7,7 @@ mod bpf;
 mod cli;
 mod client;
 mod daemon;
+mod desktop;
 mod gpu;
 mod policy;
 mod procs;
@@ -180,8 +181,31 @@ enum Cmd {
     Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
-    /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
+    /// Stream what happens as it happens: denied opens ("what keeps trying to wake my
+    /// GPU?"), mode changes, GPUs blocked/unblocked, grants, and (where the daemon
+    /// watches power) wakes and power-state changes.
     Events {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the GPU state in the desktop's tray (StatusNotifierItem: KDE, waybar,
+    /// XFCE, GNOME with AppIndicator): icon by mode and dGPU state, tooltip, a menu
+    /// to switch modes, block GPUs and allow denied apps, and notifications.
+    ///
+    /// Notifications are set per user in ~/.config/gpuctl/desktop.toml
+    /// (GPUCTL_DESKTOP_CONFIG overrides the path): [notify] mode, wake, display,
+    /// denied, actions (true/false) and min_interval_s.
+    Tray,
+    /// Print one line per change of the GPU state, for status bars and scripts.
+    ///
+    /// --waybar: {"text", "tooltip", "class", "alt"} as waybar, i3blocks and
+    /// polybar custom modules read them (class/alt: asleep, awake, blocked,
+    /// unknown, down). --json: mode, state and each GPU's facts.
+    Watch {
+        /// waybar/i3blocks/polybar JSON lines.
+        #[arg(long, conflicts_with = "json")]
+        waybar: bool,
+        /// A JSON object per change (the default).
         #[arg(long)]
         json: bool,
     },

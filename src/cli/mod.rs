@@ -64,6 +64,15 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
+        Cmd::Tray => crate::desktop::tray::run(&cli.socket),
+        Cmd::Watch { waybar, json: _ } => crate::desktop::watch::run(
+            &cli.socket,
+            if waybar {
+                crate::desktop::watch::Format::Waybar
+            } else {
+                crate::desktop::watch::Format::Json
+            },
+        ),
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
         Cmd::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

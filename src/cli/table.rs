@@ -309,6 +309,14 @@ pub fn event_header() -> String {
 
 /// One line of `gpuctl events`.
 pub fn event(v: &Value) -> String {
+    // State changes (mode, blocked, power, wake, grant) read as a sentence.
+    if v["event"] != "denied" {
+        return match crate::desktop::model::describe(v) {
+            Some((what, detail)) if detail.is_empty() => format!("-- {what}"),
+            Some((what, detail)) => format!("-- {what}: {detail}"),
+            None => format!("-- {v}"),
+        };
+    }
     let node = match v["node"].as_str() {
         Some("0:0") => "sysfs file".to_string(),
         _ => s(&v["node"]),

@@ -5,6 +5,7 @@
 mod auth;
 pub mod config;
 mod notify;
+mod push;
 mod server;
 pub mod state;
 mod uevent;
@@ -111,6 +112,8 @@ struct Daemon {
     refreshed: Option<Instant>,
     /// The last `who` scan (every holder of every GPU) and when it ran.
     who_cache: Option<(Instant, Vec<procs::Holder>)>,
+    /// What subscribers were last told (push.rs).
+    push: push::Push,
     /// The single-instance lock (flock on the state directory).
     _lock: OwnedFd,
     /// The inotify watch on the socket's directory.
@@ -158,6 +161,7 @@ pub fn run(opts: Options) -> Result<()> {
         who_cache: None,
         _lock: lock,
         socket_watch: None,
+        push: push::Push::default(),
         uevents: match uevent::Uevents::open() {
             Ok(u) => Some(u),
             Err(e) => {
@@ -170,6 +174,7 @@ pub fn run(opts: Options) -> Result<()> {
     d.load_apps();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
+    d.push = push::Push::new(&d.choice, &d.plan);
     // Grants of processes that outlived the previous daemon.
     d.restore_grants();
     log!(
@@ -363,6 +368,7 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
             let gid = auth::configured_gid(&d.config.group);
             server.accept(now, &|p: &Peer| p.may_change(gid));
         }
+        d.announce(server);
         d.persist();
     }
 }
@@ -650,6 +656,7 @@ impl Daemon {
                     return resp;
                 }
                 let pid = peer.pid;
+                self.push.grant(pid, peer.uid, &peer.comm, gpu.id, only);
                 log!(
                     "granted pid {} ({}) {}{}",
                     pid,
@@ -791,6 +798,8 @@ impl Daemon {
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
+            "modes": push::modes(&self.inventory, &self.choice),
+            "may_change": conn.privileged,
             "state_not_saved": self.save_error,
             "grants": grants["shown"],
             "grants_hidden": grants["hidden"],

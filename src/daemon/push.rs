@@ -1,0 +1,268 @@
+//! Daemon → client push of what a user sees (`gpuctl events`): a GPU's
+//! blocked state (from any cause: a mode change, manual blocks, automation,
+//! a display plugged in, a hot-plugged GPU), the mode, and `gpuctl run`
+//! grants. Blocked/mode events come from comparing what was last announced
+//! with what is in force, once per loop turn that did something, so every
+//! cause is covered by one call and nothing is announced twice. It costs a
+//! comparison of a few small sets per turn and no system call.
+
+use std::collections::BTreeSet;
+
+use serde_json::{json, Value};
+
+use crate::gpu::Inventory;
+use crate::policy::{self, Choice, Mode, Plan};
+
+#[derive(Default)]
+pub struct Push {
+    /// The mode and blocked GPU ids last announced.
+    last: Option<(Mode, BTreeSet<u32>)>,
+    /// Events queued by request handlers (grants), sent after the turn.
+    pub outbox: Vec<Outgoing>,
+}
+
+/// An event with the uid it concerns: pid and command name go only to root,
+/// the group and that user (the rule `denied` follows).
+pub struct Outgoing {
+    pub event: Value,
+    pub uid: Option<u32>,
+}
+
+impl Push {
+    /// Starts from what is in force (nobody is subscribed before the first
+    /// turn, so there is nothing to announce).
+    pub fn new(choice: &Choice, plan: &Plan) -> Push {
+        Push {
+            last: Some((choice.mode, plan.blocked.iter().copied().collect())),
+            outbox: Vec::new(),
+        }
+    }
+
+    /// The events that bring a subscriber from the last announced state to
+    /// the one in force: `mode` if the mode changed, then one `blocked` per
+    /// GPU whose blocked state changed.
+    pub fn changes(&mut self, inv: &Inventory, choice: &Choice, plan: &Plan) -> Vec<Value> {
+        let now: BTreeSet<u32> = plan.blocked.iter().copied().collect();
+        let (mode0, blocked0) = match &self.last {
+            Some((m, b)) if *m == choice.mode && *b == now => return Vec::new(),
+            Some((m, b)) => (Some(*m), b.clone()),
+            None => (None, BTreeSet::new()),
+        };
+        let mut out = Vec::new();
+        if mode0 != Some(choice.mode) {
+            out.push(json!({
+                "event": "mode",
+                "mode": choice.mode,
+                "reason": "manual",
+                "detail": format!("was {}", mode0.map_or("unknown".into(), |m| m.to_string())),
+            }));
+        }
+        for g in &inv.gpus {
+            let (was, is) = (blocked0.contains(&g.id), now.contains(&g.id));
+            if was == is {
+                continue;
+            }
+            let displays: Vec<&str> = g
+                .displays
+                .iter()
+                .filter(|d| d.connected())
+                .map(|d| d.connector.as_str())
+                .collect();
+            // Unblocked while the mode still wants it blocked: a display
+            // appeared on one of its ports.
+            let reason = if !is && mode0 == Some(choice.mode) && !displays.is_empty() {
+                "display"
+            } else {
+                "mode"
+            };
+            out.push(json!({
+                "event": "blocked",
+                "gpu": g.id,
+                "pci": g.pci,
+                "blocked": is,
+                "reason": reason,
+                "displays": displays,
+            }));
+        }
+        self.last = Some((choice.mode, now));
+        out
+    }
+
+    /// A `gpuctl run` grant was made.
+    pub fn grant(&mut self, pid: i32, uid: u32, comm: &str, gpu: u32, only: bool) {
+        self.outbox.push(Outgoing {
+            event: json!({
+                "event": "grant",
+                "pid": pid,
+                "comm": comm,
+                "uid": uid,
+                "gpus": [gpu],
+                "how": if only { "run --only" } else { "run" },
+            }),
+            uid: Some(uid),
+        });
+    }
+}
+
+/// Which modes this machine can be put in now: `null` for each that can,
+/// the refusal's sentence for each that cannot (`status --json` `modes`).
+pub fn modes(inv: &Inventory, choice: &Choice) -> Value {
+    let mut out = serde_json::Map::new();
+    for mode in [Mode::Hybrid, Mode::Integrated, Mode::Smart, Mode::Manual] {
+        let why = if mode != Mode::Hybrid && !inv.gpus.iter().any(|g| g.offload) {
+            Some("this machine has no offload GPU".to_string())
+        } else if mode == Mode::Manual {
+            None
+        } else {
+            policy::check(
+                inv,
+                &Choice {
+                    mode,
+                    force: false,
+                    only_grants: false,
+                    ..choice.clone()
+                },
+            )
+            .err()
+            .map(|r| r.0)
+        };
+        out.insert(mode.to_string(), why.map_or(Value::Null, Value::String));
+    }
+    Value::Object(out)
+}
+
+/// Hides pid, uid and command name from a subscriber who may not see them.
+pub fn redact(event: &Value, uid: Option<u32>, privileged: bool, viewer: Option<u32>) -> Value {
+    let mut v = event.clone();
+    if !privileged && (uid.is_none() || uid != viewer) {
+        if let Value::Object(o) = &mut v {
+            for k in ["pid", "comm", "uid"] {
+                if o.contains_key(k) {
+                    o.insert(k.into(), Value::Null);
+                }
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Choice;
+
+    fn gpu(id: u32, pci: &str, default: bool) -> crate::gpu::Gpu {
+        crate::gpu::Gpu {
+            id,
+            pci: pci.parse().unwrap(),
+            vendor_id: if default { "8086" } else { "10de" }.into(),
+            device_id: "0000".into(),
+            vendor: None,
+            name: None,
+            driver: Some("x".into()),
+            default,
+            offload: !default,
+            discrete: Some(!default),
+            boot_vga: Some(default),
+            card: None,
+            render: None,
+            nodes: vec![crate::gpu::DevNum::new(226, id)],
+            nvidia_minor: None,
+            power_state: None,
+            runtime_status: None,
+            displays: Vec::new(),
+            wake_files: Vec::new(),
+            blocked: None,
+        }
+    }
+
+    fn laptop() -> Inventory {
+        Inventory {
+            gpus: vec![gpu(0, "0000:00:02.0", true), gpu(1, "0000:01:00.0", false)],
+        }
+    }
+
+    #[test]
+    fn display_unblock_says_so() {
+        let mut inv = laptop();
+        let integrated = Choice {
+            mode: Mode::Integrated,
+            ..Choice::default()
+        };
+        let mut p = Push::new(&integrated, &policy::plan(&inv, &integrated).unwrap());
+        inv.gpus[1].displays.push(crate::gpu::Display {
+            connector: "HDMI-A-1".into(),
+            status: "connected".into(),
+        });
+        let ev = p.changes(&inv, &integrated, &policy::plan(&inv, &integrated).unwrap());
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0]["blocked"], false);
+        assert_eq!(ev[0]["reason"], "display");
+        assert_eq!(ev[0]["displays"][0], "HDMI-A-1");
+    }
+
+    #[test]
+    fn announces_each_change_once() {
+        let inv = laptop();
+        let hybrid = Choice::default();
+        let mut p = Push::new(&hybrid, &policy::plan(&inv, &hybrid).unwrap());
+        assert!(p
+            .changes(&inv, &hybrid, &policy::plan(&inv, &hybrid).unwrap())
+            .is_empty());
+        let integrated = Choice {
+            mode: Mode::Integrated,
+            ..Choice::default()
+        };
+        let plan = policy::plan(&inv, &integrated).unwrap();
+        let ev = p.changes(&inv, &integrated, &plan);
+        assert_eq!(ev[0]["event"], "mode");
+        assert_eq!(ev[0]["mode"], "integrated");
+        assert_eq!(ev[1]["event"], "blocked");
+        assert_eq!(ev[1]["gpu"], 1);
+        assert_eq!(ev[1]["blocked"], true);
+        assert_eq!(ev.len(), 2);
+        assert!(p.changes(&inv, &integrated, &plan).is_empty());
+    }
+
+    #[test]
+    fn modes_say_why_not() {
+        let inv = laptop();
+        let m = modes(&inv, &Choice::default());
+        assert_eq!(m["hybrid"], Value::Null);
+        assert_eq!(m["integrated"], Value::Null);
+        let mut one = inv.clone();
+        one.gpus.retain(|g| g.default);
+        let m = modes(&one, &Choice::default());
+        assert_eq!(m["integrated"], "this machine has no offload GPU");
+        assert_eq!(m["hybrid"], Value::Null);
+    }
+
+    #[test]
+    fn redacts_other_users() {
+        let e = json!({"event": "grant", "pid": 5, "comm": "game", "uid": 1000});
+        assert_eq!(redact(&e, Some(1000), false, Some(1001))["pid"], Value::Null);
+        assert_eq!(redact(&e, Some(1000), false, Some(1000))["pid"], 5);
+        assert_eq!(redact(&e, Some(1000), true, Some(0))["comm"], "game");
+    }
+}
+
+impl super::Daemon {
+    /// Sends every subscriber what changed this turn.
+    pub(super) fn announce(&mut self, server: &mut super::server::Server) {
+        let changed = self.push.changes(&self.inventory, &self.choice, &self.plan);
+        let queued = std::mem::take(&mut self.push.outbox);
+        if server.subscribers() == 0 {
+            return;
+        }
+        let all = changed
+            .into_iter()
+            .map(|event| Outgoing { event, uid: None })
+            .chain(queued);
+        for e in all {
+            server.broadcast(&|c: &super::server::Conn| {
+                let viewer = c.peer.as_ref().map(|p| p.uid);
+                Some(redact(&e.event, e.uid, c.privileged, viewer))
+            });
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Following the daemon: one `events` stream, read on its own thread, each
+//! line handed to the session's loop. Nothing is polled: the stream blocks
+//! until the daemon says something. When the daemon goes away the thread
+//! says so, waits for its socket to be created again (inotify on the
+//! socket's directory; a 2 s re-check only while the daemon is down) and
+//! reconnects.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
+use std::time::SystemTime;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use serde_json::{json, Value};
+
+use super::model::{Action, State};
+use crate::client::{self, ClientError};
+use crate::proto::{Request, Response};
+
+pub enum Msg {
+    /// The stream is open: fetch the whole state.
+    Up,
+    /// One event line from the daemon.
+    Event(Value),
+    /// No daemon (or it refused the stream): why.
+    Down(String),
+    /// The user picked a menu entry.
+    Action(Action),
+}
+
+pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
+    std::thread::spawn(move || {
+        let mut last_down = String::new();
+        loop {
+            let mut up = false;
+            let res = client::stream(&socket, &Request::Events {}, |v| {
+                if !up {
+                    up = true;
+                    if v["ok"] == false {
+                        return Err(v.clone());
+                    }
+                    last_down.clear();
+                    return tx.send(Msg::Up).map_err(|_| stop());
+                }
+                let mut v = v.clone();
+                add_exe(&mut v);
+                tx.send(Msg::Event(v)).map_err(|_| stop())
+            });
+            let why = match res {
+                Ok(()) => "the gpuctl daemon stopped; waiting for it to come back".to_string(),
+                Err(ClientError::Io(e)) if format!("{e}") == STOP => return,
+                Err(e) => e.to_string(),
+            };
+            if why != last_down {
+                if tx.send(Msg::Down(why.clone())).is_err() {
+                    return;
+                }
+                last_down = why;
+            }
+            wait_for_socket(&socket);
+        }
+    });
+}
+
+const STOP: &str = "the session loop stopped";
+
+fn stop() -> Value {
+    json!({"ok": false, "error": {"code": "internal", "message": STOP}})
+}
+
+/// A denial of one of our own processes: name its executable now, while
+/// the process (often short-lived) still exists, for "Allow this app".
+fn add_exe(v: &mut Value) {
+    if v["event"] != "denied" {
+        return;
+    }
+    let Some(pid) = v["pid"].as_u64() else { return };
+    if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
+        if let (Some(o), Some(s)) = (v.as_object_mut(), exe.to_str()) {
+            // A deleted or replaced file cannot be allowed by path.
+            if !s.ends_with(" (deleted)") {
+                o.insert("exe".into(), json!(s));
+            }
+        }
+    }
+}
+
+/// Returns when the socket's directory changes, or after 2 s.
+fn wait_for_socket(socket: &Path) {
+    let timeout = PollTimeout::from(2000u16);
+    let dir = socket.parent().filter(|d| d.is_dir());
+    let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).ok();
+    match (dir, ino) {
+        (Some(dir), Some(ino))
+            if ino
+                .add_watch(
+                    dir,
+                    AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ATTRIB,
+                )
+                .is_ok() =>
+        {
+            // Created between the failed connect and the watch?
+            if std::os::unix::net::UnixStream::connect(socket).is_ok() {
+                return;
+            }
+            let mut fds = [PollFd::new(ino.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, timeout);
+            // bind(2) then listen(2): give the daemon a moment between them.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        _ => std::thread::sleep(std::time::Duration::from_secs(2)),
+    }
+}
+
+/// Re-reads what the daemon knows (`status` and `who`) into `state`.
+pub fn fetch(socket: &Path, state: &mut State) {
+    match client::request(socket, &Request::Status {}) {
+        Ok(Response {
+            ok: true,
+            data: Some(st),
+            ..
+        }) => {
+            state.set_status(st, SystemTime::now());
+            if let Ok(Response {
+                ok: true,
+                data: Some(w),
+                ..
+            }) = client::request(socket, &Request::Who { gpu: None })
+            {
+                state.holders = w["holders"].as_array().cloned().unwrap_or_default();
+            }
+        }
+        Ok(r) => state.set_down(
+            r.error
+                .map_or("the daemon refused `status`".into(), |e| e.message),
+        ),
+        Err(e) => state.set_down(e.to_string()),
+    }
+}
+
+/// Carries out a menu action; `Err` is the sentence to show the user.
+pub fn perform(socket: &Path, action: &Action) -> Result<(), String> {
+    let req = match action {
+        Action::SetMode(m) => json!({"type": "set", "mode": m}),
+        Action::Block(g) => json!({"type": "block", "gpu": g.to_string()}),
+        Action::Unblock(g) => json!({"type": "unblock", "gpu": g.to_string()}),
+        Action::Allow(path) => json!({"type": "app", "action": "allow", "path": path}),
+        Action::Auto(on) => json!({"type": "auto", "action": if *on { "on" } else { "off" }}),
+        Action::Quit => return Ok(()),
+    };
+    match client::request_value(socket, &req) {
+        Ok(Response { ok: true, .. }) => Ok(()),
+        Ok(r) => Err(r
+            .error
+            .map_or("the daemon refused".into(), |e| e.message)),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,52 @@
+//! `gpuctl watch --waybar|--json`: one line on stdout per change, for
+//! waybar/i3blocks/polybar custom modules and scripts. The first line comes
+//! at once; then a line only when what it says changed.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::mpsc;
+
+use super::follow::{self, Msg};
+use super::model::State;
+use crate::exit;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Waybar,
+    Json,
+}
+
+pub fn run(socket: &Path, format: Format) -> u8 {
+    let (tx, rx) = mpsc::channel();
+    follow::spawn(socket.to_path_buf(), tx);
+    let mut state = State::default();
+    let mut last = None;
+    let mut out = std::io::stdout().lock();
+    while let Ok(first) = rx.recv() {
+        let mut refresh = false;
+        for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+            match msg {
+                Msg::Up | Msg::Event(_) => refresh = true,
+                Msg::Down(why) => state.set_down(why),
+                Msg::Action(_) => {}
+            }
+        }
+        if refresh {
+            follow::fetch(socket, &mut state);
+        }
+        // What changed is judged on the facts, not on the wording.
+        let facts = state.json();
+        if last.as_ref() == Some(&facts) {
+            continue;
+        }
+        let line = match format {
+            Format::Waybar => state.waybar(),
+            Format::Json => facts.clone(),
+        };
+        last = Some(facts);
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return exit::OK;
+        }
+    }
+    exit::ERROR
+}
