@@ -32,6 +32,7 @@ pub enum Msg {
 pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
     std::thread::spawn(move || {
         let mut last_down = String::new();
+        let mut retried = false;
         loop {
             let mut up = false;
             let res = client::stream(&socket, &Request::Events {}, |v| {
@@ -41,6 +42,7 @@ pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
                         return Err(v.clone());
                     }
                     last_down.clear();
+                    retried = false;
                     return tx.send(Msg::Up).map_err(|_| stop());
                 }
                 let mut v = v.clone();
@@ -48,7 +50,13 @@ pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
                 tx.send(Msg::Event(v)).map_err(|_| stop())
             });
             let why = match res {
-                Ok(()) => "the gpuctl daemon stopped; waiting for it to come back".to_string(),
+                // The stream ended: try once at once (a restarted daemon
+                // may already listen); if not, what connect says is the news.
+                Ok(()) if !retried => {
+                    retried = true;
+                    continue;
+                }
+                Ok(()) => "the gpuctl daemon closed the event stream".to_string(),
                 Err(ClientError::Io(e)) if format!("{e}") == STOP => return,
                 Err(e) => e.to_string(),
             };

@@ -1,0 +1,191 @@
+//! The tray against the real daemon (root: it loads the BPF programs) on a
+//! fixture laptop, over a real `dbus-daemon --session`: a menu click blocks
+//! the dGPU in the kernel and the icon follows the daemon's event within
+//! 100 ms; a monitor plugged into the dGPU is notified; a refusal by the
+//! rules is reported; a user outside the group is told they may not change
+//! modes, and a group member may.
+
+mod common;
+#[path = "common/desktop.rs"]
+mod desktop;
+
+use std::io::{BufRead, BufReader, Write};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::fixture::machine;
+use common::harness::{root_or_skip, Env, ENXIO, EPERM};
+use desktop::*;
+use serde_json::Value;
+
+const QUIET: &str = "[notify]\nmin_interval_s = 0\n";
+const NOBODY: u32 = 65534;
+
+struct Run {
+    env: Env,
+    _dir: Scratch,
+    _bus: Bus,
+    session: Session,
+    tray: Tray,
+    item: ItemProxyBlocking<'static>,
+    menu: MenuProxyBlocking<'static>,
+}
+
+fn start(test: &str, daemon_config: &str, tray_uid: Option<u32>) -> Option<Run> {
+    if !root_or_skip(test) || !have("dbus-daemon", test) {
+        return None;
+    }
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::write(env.dir.join("gpuctl.toml"), daemon_config).unwrap();
+    env.start();
+    let dir = Scratch::new("rootdesktop");
+    set_mode(&dir.0, 0o755);
+    let cfg = dir.0.join("desktop.toml");
+    std::fs::write(&cfg, QUIET).unwrap();
+    let bus = Bus::start();
+    let session = Session::start(&bus);
+    let tray = Tray::start(&bus, &env.socket(), &cfg, tray_uid);
+    let name = tray.name.clone();
+    wait_for("the item to register", 10, || {
+        session.items.lock().unwrap().contains(&name).then_some(())
+    });
+    let item = ItemProxyBlocking::builder(&session.conn)
+        .destination(name.clone())
+        .unwrap()
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .unwrap();
+    let menu = MenuProxyBlocking::builder(&session.conn)
+        .destination(name)
+        .unwrap()
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .unwrap();
+    wait_for("the tray to show the daemon's state", 10, || {
+        (item.title().ok()? == "gpuctl: hybrid mode, dGPU asleep").then_some(())
+    });
+    Some(Run {
+        env,
+        _dir: dir,
+        _bus: bus,
+        session,
+        tray,
+        item,
+        menu,
+    })
+}
+
+fn find<'a>(entries: &'a [Entry], label: &str) -> &'a Entry {
+    entries
+        .iter()
+        .find(|e| e.label.starts_with(label))
+        .unwrap_or_else(|| panic!("no menu entry {label:?} in {entries:#?}"))
+}
+
+/// The daemon's own event stream, each line with its arrival time.
+fn events(env: &Env) -> mpsc::Receiver<(Value, Instant)> {
+    let mut s = env.connect();
+    s.set_read_timeout(None).unwrap();
+    s.write_all(b"{\"type\":\"events\"}\n").unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in BufReader::new(s).lines().map_while(Result::ok) {
+            let v: Value = serde_json::from_str(&l).unwrap();
+            if tx.send((v, Instant::now())).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn next_event(rx: &mpsc::Receiver<(Value, Instant)>, kind: &str) -> (Value, Instant) {
+    loop {
+        let (v, t) = rx
+            .recv_timeout(Duration::from_secs(10))
+            .unwrap_or_else(|_| panic!("no {kind} event"));
+        if v["event"] == kind {
+            return (v, t);
+        }
+    }
+}
+
+#[test]
+fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
+    let Some(r) = start("a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms", "", None) else {
+        return;
+    };
+    let ev = events(&r.env);
+    let _ = next_event(&ev, ""); // the subscription's answer has no "event"
+    let signals = item_signals(&r.session.conn, &r.tray.name);
+    let before = r.item.icon_pixmap().unwrap();
+    assert_eq!(r.env.open_errno(226, 0), ENXIO, "the dGPU's card0 starts usable");
+
+    let (_, entries) = menu_entries(&r.menu);
+    click(&r.menu, find(&entries, "Integrated").id);
+    let (m, _) = next_event(&ev, "mode");
+    assert_eq!(m["mode"], "integrated");
+    let (b, t0) = next_event(&ev, "blocked");
+    assert_eq!((b["gpu"].as_u64(), b["blocked"].as_bool()), (Some(1), Some(true)));
+    let t1 = next_signal(&signals, "NewIcon");
+    let ms = t1.saturating_duration_since(t0).as_secs_f64() * 1000.0;
+    eprintln!("tray (real daemon): NewIcon {ms:.1} ms after the daemon's blocked event");
+    assert!(ms < 100.0, "{ms:.1} ms");
+    assert_ne!(r.item.icon_pixmap().unwrap(), before);
+    assert_eq!(r.item.title().unwrap(), "gpuctl: integrated mode, dGPU blocked");
+    assert_eq!(r.env.json(&["get"])["mode"], "integrated");
+    assert_eq!(r.env.open_errno(226, 0), EPERM, "blocked in the kernel");
+
+    // A monitor on the dGPU's port: the daemon unblocks it and says why.
+    r.env.machine.set_connector("card0-HDMI-A-2", true);
+    let _ = r.env.json(&["status"]); // the fixture sends no uevent: a read re-reads sysfs
+    let (b, _) = next_event(&ev, "blocked");
+    assert_eq!((b["blocked"].as_bool(), b["reason"].as_str()), (Some(false), Some("display")));
+    let n = r.session.wait_notes("the display notification", |n| {
+        n.iter().any(|x| x.summary == "A monitor on a dGPU port: GPU 1 unblocked")
+    });
+    assert!(n.iter().any(|x| x.body.starts_with("HDMI-A-2 is connected")), "{n:#?}");
+
+    // Manual mode: blocking a GPU that drives a display is refused, and said.
+    let (_, entries) = menu_entries(&r.menu);
+    click(&r.menu, find(&entries, "Manual").id);
+    let (_, entries) = wait_for("manual mode in the menu", 10, || {
+        let (x, e) = menu_entries(&r.menu);
+        (e.iter().any(|e| e.label.starts_with("Block GPU 1"))).then_some((x, e))
+    });
+    let block = find(&entries, "Block GPU 1");
+    assert_eq!((block.toggle, block.enabled), (Some(0), true));
+    click(&r.menu, block.id);
+    let n = r.session.wait_notes("the refusal", |n| {
+        n.iter().any(|x| x.summary == "gpuctl: blocking GPU 1 not done")
+    });
+    let refusal = n.iter().find(|x| x.summary == "gpuctl: blocking GPU 1 not done").unwrap();
+    assert!(refusal.body.contains("refused") && refusal.body.contains("display"), "{refusal:?}");
+    assert_eq!(r.env.open_errno(226, 0), ENXIO);
+}
+
+#[test]
+fn outside_the_group_the_tray_says_so_and_a_member_may_switch() {
+    let name = "outside_the_group_the_tray_says_so_and_a_member_may_switch";
+    let Some(r) = start(name, "", Some(NOBODY)) else {
+        return;
+    };
+    let (_, entries) = menu_entries(&r.menu);
+    find(&entries, "You may not change modes (needs root or the gpuctl group)");
+    for m in ["Hybrid", "Integrated", "Smart", "Manual"] {
+        assert!(!find(&entries, m).enabled, "{m} must be disabled");
+    }
+    assert!(r.item.tool_tip().unwrap().3.contains("You may not change modes"));
+    drop(r);
+
+    let Some(r) = start(name, "group = \"nogroup\"\n", Some(NOBODY)) else {
+        return;
+    };
+    let (_, entries) = menu_entries(&r.menu);
+    assert!(!entries.iter().any(|e| e.label.starts_with("You may not")));
+    click(&r.menu, find(&entries, "Integrated").id);
+    wait_for("the group member's switch", 10, || {
+        (r.env.json(&["get"])["mode"] == "integrated").then_some(())
+    });
+    assert_eq!(r.env.open_errno(226, 0), EPERM);
+}
