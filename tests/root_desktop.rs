@@ -116,7 +116,8 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
         return;
     };
     let ev = events(&r.env);
-    let _ = next_event(&ev, ""); // the subscription's answer has no "event"
+    let (ok, _) = ev.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(ok["ok"], true, "{ok}");
     let signals = item_signals(&r.session.conn, &r.tray.name);
     let before = r.item.icon_pixmap().unwrap();
     assert_eq!(r.env.open_errno(226, 0), ENXIO, "the dGPU's card0 starts usable");
@@ -138,7 +139,10 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
 
     // A monitor on the dGPU's port: the daemon unblocks it and says why.
     r.env.machine.set_connector("card0-HDMI-A-2", true);
-    let _ = r.env.json(&["status"]); // the fixture sends no uevent: a read re-reads sysfs
+    // The fixture sends no uevent: a read re-reads sysfs, once the shared
+    // read window (250 ms) of the last one is over.
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = r.env.json(&["status"]);
     let (b, _) = next_event(&ev, "blocked");
     assert_eq!((b["blocked"].as_bool(), b["reason"].as_str()), (Some(false), Some("display")));
     let n = r.session.wait_notes("the display notification", |n| {

@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test file uses a part of the kit
 //! Desktop test kit: a private `dbus-daemon --session`, a test
 //! StatusNotifierWatcher and notification server (written here, on zbus),
 //! proxies to read the tray's item and menu, and a scripted protocol peer
