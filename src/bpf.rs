@@ -33,6 +33,8 @@ use skel::{GpuctlSkel, GpuctlSkelBuilder, OpenGpuctlSkel};
 
 /// Mirrors `GPUCTL_MAX_GPUS` in `bpf/gpuctl.h`.
 pub const MAX_GPUS: u32 = 32;
+/// `GPUCTL_ENV_KEY_LEN`.
+const ENV_KEY_LEN: usize = crate::envgrant::KEY_LEN;
 const SMART_ENV: u32 = 1;
 const EVENTS_ON: u32 = 2;
 
@@ -186,6 +188,8 @@ pub struct Enforcer {
     smart_links: Vec<Link>,
     nodes: BTreeMap<DevNum, NodeRule>,
     files: BTreeMap<FileId, u32>,
+    /// What the `env_grants` map holds (accepted string → GPU mask).
+    env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
 }
 
@@ -210,6 +214,16 @@ pub fn file_key(f: FileId) -> [u8; 16] {
     k[..4].copy_from_slice(&dev.to_ne_bytes());
     k[8..].copy_from_slice(&f.ino.to_ne_bytes());
     k
+}
+
+/// `struct env_key`: the string, zero-padded to `GPUCTL_ENV_KEY_LEN`.
+fn env_key(s: &str) -> Result<[u8; ENV_KEY_LEN]> {
+    let mut k = [0u8; ENV_KEY_LEN];
+    if s.len() >= ENV_KEY_LEN || s.as_bytes().contains(&0) {
+        bail!("environment string {s:?} does not fit the kernel's key");
+    }
+    k[..s.len()].copy_from_slice(s.as_bytes());
+    Ok(k)
 }
 
 fn grant_bytes(gpus: u32, how: GrantHow, only: bool) -> [u8; 8] {
@@ -337,6 +351,7 @@ impl Enforcer {
             smart_links: Vec::new(),
             nodes: BTreeMap::new(),
             files: BTreeMap::new(),
+            env: BTreeMap::new(),
             events: None,
         };
         if opts.backend == Backend::Lsm {
@@ -473,6 +488,21 @@ impl Enforcer {
                 fmap.update(&file_key(*f), &rule_bytes(rule), MapFlags::ANY)
                     .context("protecting a sysfs file")?;
                 self.files.insert(*f, *gpu);
+            }
+        }
+
+        // Environment grants: in the map before the exec hook can see them.
+        let emap = &self.skel.maps.env_grants;
+        for k in self.env.keys().filter(|k| !plan.env.contains_key(*k)) {
+            emap.delete(&env_key(k)?)
+                .with_context(|| format!("removing the environment grant {k:?}"))?;
+        }
+        self.env.retain(|k, _| plan.env.contains_key(k));
+        for (k, gpus) in &plan.env {
+            if self.env.get(k) != Some(gpus) {
+                emap.update(&env_key(k)?, &gpus.to_ne_bytes(), MapFlags::ANY)
+                    .with_context(|| format!("adding the environment grant {k:?}"))?;
+                self.env.insert(k.clone(), *gpus);
             }
         }
 
@@ -713,6 +743,9 @@ mod tests {
         );
         let r = NodeRule { gpu: 0, flags: 0 };
         assert_eq!(size_of::<skel::types::dev_rule>(), rule_bytes(r).len());
+        assert_eq!(size_of::<skel::types::env_key>(), ENV_KEY_LEN);
+        assert_eq!(&env_key("DRI_PRIME=1").unwrap()[..12], b"DRI_PRIME=1\0");
+        assert!(env_key(&"x".repeat(ENV_KEY_LEN)).is_err());
         let f = FileId {
             dev: DevNum::new(0, 22),
             ino: 1,

@@ -7,6 +7,7 @@ mod bpf;
 mod cli;
 mod client;
 mod daemon;
+mod envgrant;
 mod gpu;
 mod policy;
 mod procs;

@@ -123,6 +123,9 @@ pub struct Plan {
     pub files: BTreeMap<FileId, u32>,
     /// Smart mode: the fork/exec/exit hooks must be attached.
     pub smart: bool,
+    /// Smart mode: the environment strings an exec is granted for, and the
+    /// GPUs (id mask) each grants ([`crate::envgrant::accepted`]).
+    pub env: BTreeMap<String, u32>,
     /// Ids of the GPUs this plan blocks.
     pub blocked: BTreeSet<u32>,
     /// GPUs the mode asks to block but the rules protect.
@@ -228,6 +231,9 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         smart,
         ..Plan::default()
     };
+    if smart {
+        out.env = crate::envgrant::accepted(inv);
+    }
     for (gpu, force) in targets {
         if let Some(reason) = protect_reason(gpu, force) {
             out.skipped.push(Skip {

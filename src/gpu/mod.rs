@@ -229,13 +229,19 @@ impl Gpu {
     /// The environment that makes GL and Vulkan programs render on this
     /// GPU: NVIDIA's PRIME render offload variables for the proprietary
     /// driver, Mesa's `DRI_PRIME` and Vulkan device selection otherwise.
-    pub fn offload_env(&self) -> Vec<(&'static str, String)> {
+    /// With several NVIDIA GPUs, `__NV_PRIME_RENDER_OFFLOAD_PROVIDER` names
+    /// this one (`inv` is the machine's inventory).
+    pub fn offload_env(&self, inv: &Inventory) -> Vec<(&'static str, String)> {
         if self.driver.as_deref() == Some("nvidia") {
-            vec![
+            let mut env = vec![
                 ("__NV_PRIME_RENDER_OFFLOAD", "1".into()),
                 ("__GLX_VENDOR_LIBRARY_NAME", "nvidia".into()),
                 ("__VK_LAYER_NV_optimus", "NVIDIA_only".into()),
-            ]
+            ];
+            if let Some(p) = crate::envgrant::nv_provider(inv, self) {
+                env.push(("__NV_PRIME_RENDER_OFFLOAD_PROVIDER", p));
+            }
+            env
         } else {
             let pci = self.pci.to_string().replace([':', '.'], "_");
             vec![
