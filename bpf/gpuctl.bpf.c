@@ -328,9 +328,9 @@ int BPF_PROG(gpuctl_exit, struct task_struct *p)
 }
 
 /* The first 8 bytes of a name, as one little-endian load sees them. */
-#define NAME8(a, b, c, d, e, f, g, h)                                                     \
-	((__u64)(a) | (__u64)(b) << 8 | (__u64)(c) << 16 | (__u64)(d) << 24 |             \
-	 (__u64)(e) << 32 | (__u64)(f) << 40 | (__u64)(g) << 48 | (__u64)(h) << 56)
+#define NAME8(a, b, c, d, e, f, g, h)                                                              \
+	((__u64)(a) | (__u64)(b) << 8 | (__u64)(c) << 16 | (__u64)(d) << 24 | (__u64)(e) << 32 |   \
+	 (__u64)(f) << 40 | (__u64)(g) << 48 | (__u64)(h) << 56)
 
 /*
  * Whether a string may be an offload request: its first 8 bytes against the

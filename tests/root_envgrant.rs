@@ -43,8 +43,11 @@ fn smart(m: Machine) -> Env {
     env
 }
 
+/// An environment, and whether each offload node opens under it.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a [bool]);
+
 /// Checks every case: `want[i]` is whether offload node `nodes[i]` opens.
-fn check(env: &Env, nodes: &[String], cases: &[(&[(&str, &str)], &[bool])]) {
+fn check(env: &Env, nodes: &[String], cases: &[Case]) {
     for (envs, want) in cases {
         for (node, ok) in nodes.iter().zip(want.iter()) {
             let want_errno = if *ok { ENXIO } else { EPERM };
@@ -65,7 +68,7 @@ fn two_gpus_grant_what_the_loaders_select() {
     let y: &[bool] = &[true];
     let n: &[bool] = &[false];
     let icd = "/usr/share/vulkan/icd.d/nvidia_icd.json";
-    let cases: &[(&[(&str, &str)], &[bool])] = &[
+    let cases: &[Case] = &[
         (&[], n),
         (&[("DRI_PRIME", "1")], y),
         (&[("DRI_PRIME", "3")], y),
@@ -145,7 +148,7 @@ fn three_gpus_grant_only_the_selected_one() {
     let nv = env.mknod(226, 129).to_string_lossy().into_owned();
     let amd = env.mknod(226, 130).to_string_lossy().into_owned();
     let nodes = [nv, amd];
-    let cases: &[(&[(&str, &str)], &[bool])] = &[
+    let cases: &[Case] = &[
         (&[], &[false, false]),
         (&[("DRI_PRIME", "1")], &[true, true]),
         (&[("DRI_PRIME", "2")], &[true, true]),
