@@ -9,8 +9,15 @@
  *
  * Two enforcement backends share the maps and the decision (`decide`):
  * - cgroup/dev (any cgroup-v2 system): a denied open fails with EPERM.
- * - lsm/file_open + lsm/inode_getattr (BPF LSM active): the node looks
- *   absent (ENOENT); the blocked GPU's sysfs config/resource/rom files too.
+ * - lsm/file_open (BPF LSM active): a denied open fails with EPERM, and the
+ *   blocked GPU's sysfs config/resource/rom files are denied too.
+ *
+ * Either way a blocked node is *present and unopenable*: stat, access(F_OK)
+ * and bind mounts see it, only open fails. It cannot be made absent to
+ * every call (access(F_OK) reaches only the inode_permission hook, which
+ * runs on every path component of every lookup: DESIGN §2 rules it out),
+ * and a node that stat hides but access shows breaks Flatpak (it binds
+ * what access finds; bwrap then cannot stat it and aborts).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -22,7 +29,6 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Macros, not BTF: defined here (values from the kernel's UAPI headers). */
 #define EPERM 1
-#define ENOENT 2
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
 #define S_IFREG 0100000
@@ -111,7 +117,6 @@ struct {
 
 struct env_buf {
 	char s[GPUCTL_ENV_STR_MAX];
-	struct env_key key;
 };
 
 struct {
@@ -218,15 +223,13 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 }
 
 /*
- * LSM backend: the shared check of file_open and inode_getattr. Returns the
- * rule that denies `inode` to the current task, or NULL. Anything that is
- * not a char device (or, for opens, a sysfs file) leaves after one load.
- * Fields are read with direct (BTF, CO-RE-relocated) loads, not
- * bpf_probe_read_kernel calls: this runs on every open and stat while
- * something is blocked.
+ * LSM backend: the check of file_open. Returns the rule that denies `inode`
+ * to the current task, or NULL. Anything that is not a char device or a
+ * sysfs file leaves after one load. Fields are read with direct (BTF,
+ * CO-RE-relocated) loads, not bpf_probe_read_kernel calls: this runs on
+ * every open while something is blocked.
  */
-static __always_inline struct dev_rule *lsm_check(struct inode *inode, bool files,
-						  struct dev_key *devkey)
+static __always_inline struct dev_rule *lsm_check(struct inode *inode, struct dev_key *devkey)
 {
 	umode_t mode = inode->i_mode;
 	struct dev_rule *rule;
@@ -238,7 +241,7 @@ static __always_inline struct dev_rule *lsm_check(struct inode *inode, bool file
 		devkey->major = rdev >> MINORBITS;
 		devkey->minor = rdev & MINORMASK;
 		rule = bpf_map_lookup_elem(&blocked_devs, devkey);
-	} else if (files && (mode & S_IFMT) == S_IFREG) {
+	} else if ((mode & S_IFMT) == S_IFREG) {
 		struct super_block *sb = inode->i_sb;
 		struct file_key fkey = {};
 
@@ -262,7 +265,7 @@ SEC("lsm/file_open")
 int BPF_PROG(gpuctl_file_open, struct file *file)
 {
 	struct dev_key key;
-	struct dev_rule *rule = lsm_check(file->f_inode, true, &key);
+	struct dev_rule *rule = lsm_check(file->f_inode, &key);
 
 	if (!rule)
 		return 0;
@@ -270,19 +273,7 @@ int BPF_PROG(gpuctl_file_open, struct file *file)
 	emit_denied(bpf_get_current_task_btf(), rule->gpu, key.major, key.minor);
 	if (log_level >= GPUCTL_LOG_DENY)
 		bpf_printk("gpuctl: denied open of %u:%u", key.major, key.minor);
-	return -ENOENT;
-}
-
-/* So `stat` agrees with `open`: a blocked node looks absent. */
-SEC("lsm/inode_getattr")
-int BPF_PROG(gpuctl_inode_getattr, const struct path *path)
-{
-	struct dev_key key;
-	struct inode *inode = path->dentry->d_inode;
-
-	if (!inode || !lsm_check(inode, false, &key))
-		return 0;
-	return -ENOENT;
+	return -EPERM;
 }
 
 /*
@@ -389,6 +380,7 @@ struct env_scan {
 static long env_step(__u32 i, void *data)
 {
 	struct env_scan *c = data;
+	struct env_key key;
 	struct env_buf *buf;
 	__u32 zero = 0;
 	__u32 *mask;
@@ -404,10 +396,10 @@ static long env_step(__u32 i, void *data)
 		return 1;
 	/* Only whole strings short enough to be accepted are looked up. */
 	if (!c->cont && n <= GPUCTL_ENV_KEY_LEN && env_candidate(buf->s)) {
-		__builtin_memset(&buf->key, 0, sizeof(buf->key));
-		bpf_probe_read_kernel(buf->key.s, (__u32)n, buf->s);
-		env_dri_prime_n(&buf->key);
-		mask = bpf_map_lookup_elem(&env_grants, &buf->key);
+		__builtin_memset(&key, 0, sizeof(key));
+		bpf_probe_read_kernel(key.s, (__u32)n, buf->s);
+		env_dri_prime_n(&key);
+		mask = bpf_map_lookup_elem(&env_grants, &key);
 		if (mask)
 			c->gpus |= *mask;
 	}

@@ -42,7 +42,8 @@ const EVENTS_ON: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// `lsm/file_open` + `lsm/inode_getattr`: the node looks absent (ENOENT).
+    /// `lsm/file_open`: the node is present (stat, access, bind mounts
+    /// work) and cannot be opened (EPERM), like the cgroup backend's.
     Lsm,
     /// `cgroup/dev` on the cgroup-v2 root: opens fail with EPERM.
     Cgroup,
@@ -60,8 +61,10 @@ impl Backend {
     pub fn limits(self) -> &'static str {
         match self {
             Backend::Lsm => {
-                "blocked nodes look absent (ENOENT, and stat agrees); the blocked GPU's sysfs \
-                 config, resourceN and rom files are denied too, so lspci cannot wake it"
+                "blocked nodes are present but cannot be opened (EPERM; stat, access and \
+                 bind mounts still see them, so Flatpak and bwrap start); the blocked GPU's \
+                 sysfs config, resourceN and rom files, its audio/USB functions' included, \
+                 are denied too, so lspci cannot wake it"
             }
             Backend::Cgroup => {
                 "blocks opens of the GPU's character devices (EPERM); sysfs files that wake \
@@ -309,7 +312,6 @@ fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
         .context("sizing the grant map")?;
     let lsm = opts.backend == Backend::Lsm;
     open.progs.gpuctl_file_open.set_autoload(lsm);
-    open.progs.gpuctl_inode_getattr.set_autoload(lsm);
     open.progs.gpuctl_cgroup_dev.set_autoload(!lsm);
     Ok(open)
 }
@@ -409,12 +411,7 @@ impl Enforcer {
                     .gpuctl_file_open
                     .attach_lsm()
                     .context("lsm/file_open")?;
-                let getattr = progs
-                    .gpuctl_inode_getattr
-                    .attach_lsm()
-                    .context("lsm/inode_getattr")?;
                 self.block_links.push(open);
-                self.block_links.push(getattr);
             }
         }
         Ok(())
