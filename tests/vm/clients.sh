@@ -64,6 +64,13 @@ check "clients: bwrap --dev-bind of a blocked node starts, open denied inside" \
 check "clients: bwrap --dev-bind /dev/dri (Flatpak --device=dri)" \
   "$C0 ok; $C1 $EXPECT_ERRNO" bw --dev-bind /dev/dri /dev/dri /bin/vmopen "$C0" "$C1"
 drm "clients: libdrm, blocked: enumerates without error, blocked GPU unusable" no
+echo "      blocked, as a program sees it:"
+{
+  /bin/vmopen --access "$C1"
+  /bin/vmopen --stat "$C1"
+  /bin/vmopen "$C1"
+  /bin/drmprobe | sort
+} 2>&1 | sed 's/^/        /'
 
 # ---------------------------------------------------------------- granted (smart)
 set_mode "clients: smart --force" 0 smart --force
