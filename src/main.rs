@@ -7,6 +7,7 @@ mod bpf;
 mod cli;
 mod client;
 mod daemon;
+mod envgrant;
 mod gpu;
 mod policy;
 mod procs;
@@ -146,7 +147,7 @@ enum Cmd {
     },
     /// Run a program on the offload GPU (smart mode grants it and its children).
     #[command(
-        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender"
+        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender\n\nWithout gpuctl run, smart mode grants a program exec'd with an offload request the GPU its loader will select: DRI_PRIME=1 (every offload GPU), DRI_PRIME=pci-DDDD_BB_DD_F[!] or vid:did[!] and MESA_VK_DEVICE_SELECT=vid:did[!] (that GPU; nothing when it is the default GPU), __NV_PRIME_RENDER_OFFLOAD=1 and __VK_LAYER_NV_optimus=NVIDIA_only (the NVIDIA offload GPUs), VK_ICD_FILENAMES/VK_DRIVER_FILES/VK_LOADER_DRIVERS_SELECT naming a Vulkan driver only offload GPUs use. Not seen: variables set after exec, Mesa's drirc device_id."
     )]
     Run {
         /// GPU id or PCI address (default: the offload GPU).

@@ -117,6 +117,32 @@ mod tests {
     }
 
     #[test]
+    fn names_holders_of_a_gpu_function_sound_node() {
+        // A GPU whose HD-audio function's ALSA node is (here) /dev/null.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let gpu: crate::gpu::Gpu = serde_json::from_value(serde_json::json!({
+            "id": 1, "pci": "0000:01:00.0", "vendor_id": "10de", "device_id": "25a2",
+            "vendor": null, "name": null, "driver": "nvidia", "default": false,
+            "offload": true, "discrete": true, "boot_vga": false, "card": null,
+            "render": null, "nodes": [], "nvidia_minor": null, "power_state": null,
+            "runtime_status": null, "displays": [], "blocked": null,
+            "functions": [{"pci": "0000:01:00.1", "vendor_id": "10de",
+                "device_id": "2291", "class": "0x040300", "driver": "snd_hda_intel",
+                "power_state": null, "runtime_status": null, "sound_nodes": ["1:3"]}]
+        }))
+        .unwrap();
+        let inv = Inventory { gpus: vec![gpu] };
+        let h = holders_of(&inv, Path::new("/proc"), Some("1")).unwrap();
+        let me = std::process::id();
+        assert!(
+            h.iter()
+                .any(|h| h.pid == me && h.gpu == 1 && h.path == "/dev/null"),
+            "{h:?}"
+        );
+        drop(f);
+    }
+
+    #[test]
     fn finds_this_process_holding_dev_null() {
         let f = std::fs::File::open("/dev/null").unwrap();
         let owners = BTreeMap::from([(DevNum::new(1, 3), 7)]);

@@ -669,7 +669,16 @@ impl Daemon {
                 )
             }
         };
-        Response::ok(json!({ "granted": granted, "mode": self.choice.mode, "gpu": gpu }))
+        // The environment `gpuctl run` execs with: the loaders' offload
+        // variables for this GPU (with several NVIDIA GPUs, the provider).
+        let env: serde_json::Map<String, serde_json::Value> = gpu
+            .offload_env(&self.inventory)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        Response::ok(
+            json!({ "granted": granted, "mode": self.choice.mode, "gpu": gpu, "env": env }),
+        )
     }
 
     /// `gpuctl config [KEY [VALUE]]`. Setting edits the file (comments
