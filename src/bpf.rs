@@ -202,7 +202,7 @@ pub struct Enforcer {
     /// Smart-mode fork/exec/exit links.
     smart_links: Vec<Link>,
     nodes: BTreeMap<DevNum, NodeRule>,
-    files: BTreeMap<FileId, u32>,
+    files: BTreeMap<FileId, NodeRule>,
     /// What the `env_grants` map holds (accepted string → GPU mask).
     env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
@@ -488,17 +488,21 @@ impl Enforcer {
                     .context("unprotecting a sysfs file")?;
             }
             self.files.retain(|f, _| plan.files.contains_key(f));
+            // In smart mode a grant for the GPU also opens its files (a
+            // granted program may enumerate and use the GPU it was given).
+            let flags = if plan.smart {
+                crate::policy::RULE_GRANTABLE
+            } else {
+                0
+            };
             for (f, gpu) in &plan.files {
-                if self.files.get(f) == Some(gpu) {
+                let rule = NodeRule { gpu: *gpu, flags };
+                if self.files.get(f) == Some(&rule) {
                     continue;
                 }
-                let rule = NodeRule {
-                    gpu: *gpu,
-                    flags: 0,
-                };
                 fmap.update(&file_key(*f), &rule_bytes(rule), MapFlags::ANY)
                     .context("protecting a sysfs file")?;
-                self.files.insert(*f, *gpu);
+                self.files.insert(*f, rule);
             }
         }
 

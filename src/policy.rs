@@ -246,7 +246,7 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         for n in &gpu.nodes {
             out.nodes.insert(*n, NodeRule { gpu: gpu.id, flags });
         }
-        for f in &gpu.wake_files {
+        for f in gpu.wake_files.iter().chain(&gpu.enum_files) {
             out.files.insert(*f, gpu.id);
         }
     }
@@ -312,6 +312,7 @@ mod tests {
             displays: Vec::new(),
             functions: Vec::new(),
             wake_files: Vec::new(),
+            enum_files: Vec::new(),
             blocked: None,
         }
     }
@@ -489,7 +490,13 @@ mod tests {
             ino: 4242,
         };
         inv.gpus[1].wake_files.push(f);
-        assert_eq!(plan(&inv, &choice(Mode::Integrated)).unwrap().files[&f], 1);
+        let uevent = FileId {
+            dev: DevNum::new(0, 22),
+            ino: 4243,
+        };
+        inv.gpus[1].enum_files.push(uevent);
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        assert_eq!((p.files[&f], p.files[&uevent]), (1, 1));
         assert!(plan(&inv, &choice(Mode::Hybrid)).unwrap().files.is_empty());
     }
 

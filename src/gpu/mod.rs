@@ -141,6 +141,11 @@ pub struct Gpu {
     /// JSON contract.
     #[serde(skip)]
     pub wake_files: Vec<FileId>,
+    /// Sysfs files only enumerators read (the function's `uevent`: libdrm),
+    /// denied with the GPU by the lsm backend so `drmGetDevices2` skips a
+    /// blocked GPU. Not part of the JSON contract.
+    #[serde(skip)]
+    pub enum_files: Vec<FileId>,
     /// Filled in by the daemon; `None` when no daemon answers.
     pub blocked: Option<bool>,
 }
@@ -388,6 +393,7 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], gpus: &[PciAddr]) -
         wake_files.extend(pci::wake_files(&func.path));
     }
     wake_files.sort();
+    let enum_files = pci::enum_files(&f.pci.path);
     Gpu {
         id: 0,
         pci: f.pci.addr,
@@ -409,6 +415,7 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], gpus: &[PciAddr]) -
         displays: f.drm.displays,
         functions,
         wake_files,
+        enum_files,
         blocked: None,
     }
 }

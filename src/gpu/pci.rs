@@ -207,6 +207,25 @@ pub fn wake_files(dir: &Path) -> Vec<super::FileId> {
     out
 }
 
+/// The function's sysfs files that enumerators read to find a GPU but that
+/// nothing needs from a blocked one: `uevent` (libdrm's `drmGetDevices2`
+/// reads `PCI_SLOT_NAME` from it and skips a device whose read fails — what
+/// Mesa's loader, the Vulkan drivers, Xorg and compositors call). With the
+/// lsm backend a blocked GPU is thus skipped by libdrm without an error,
+/// while its nodes stay present for `access`/`stat`/`bwrap --dev-bind`.
+pub fn enum_files(dir: &Path) -> Vec<super::FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir.join("uevent"))
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| super::FileId {
+            dev: super::DevNum::from_userspace(m.dev()),
+            ino: m.ino(),
+        })
+        .into_iter()
+        .collect()
+}
+
 /// The ALSA device nodes of an audio function: `dev` of every entry of
 /// `<function>/sound/cardN/` (`controlC1`, `hwC1D0`, `pcmC1D3p`, …).
 pub fn sound_nodes(dir: &Path) -> Vec<super::DevNum> {
