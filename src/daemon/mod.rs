@@ -6,6 +6,7 @@ mod auth;
 pub mod config;
 mod notify;
 mod server;
+mod session;
 pub mod state;
 mod uevent;
 
@@ -341,7 +342,13 @@ impl Daemon {
     /// are skipped with a log line; a mode that makes no sense here blocks
     /// nothing. Never fails because of policy, only because of the kernel.
     fn reapply(&mut self) -> Result<()> {
-        let plan = match policy::plan(&self.inventory, &self.choice) {
+        let inv = session::with_display_holders(
+            &self.inventory,
+            &self.roots.procfs,
+            &self.choice,
+            &self.plan.blocked,
+        );
+        let plan = match policy::plan(&inv, &self.choice) {
             Ok(p) => {
                 self.note = (!p.skipped.is_empty()).then(|| {
                     p.skipped
@@ -370,7 +377,13 @@ impl Daemon {
     /// rename, fsync) happens right after the response is sent
     /// ([`Daemon::persist`]), so the client does not wait for the disk.
     fn change(&mut self, choice: Choice) -> Response {
-        let plan = match policy::check(&self.inventory, &choice) {
+        let inv = session::with_display_holders(
+            &self.inventory,
+            &self.roots.procfs,
+            &choice,
+            &self.plan.blocked,
+        );
+        let plan = match policy::check(&inv, &choice) {
             Ok(p) => p,
             Err(r) => return Response::err(Code::Refused, r.0),
         };
