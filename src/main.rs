@@ -3,6 +3,7 @@
 //! One binary: `gpuctl daemon` runs the daemon; every other subcommand is a
 //! thin client of its socket (and `list` also works without it).
 
+mod automation;
 mod bpf;
 mod cli;
 mod client;

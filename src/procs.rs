@@ -208,7 +208,10 @@ mod tests {
         let h = display_holders(&root, &owners);
         assert_eq!(h.get(&1).map(String::as_str), Some("gnome-shell (pid 20)"));
         // Only logind holds GPU 2 (for a compositor): it is named.
-        assert_eq!(h.get(&2).map(String::as_str), Some("systemd-logind (pid 40)"));
+        assert_eq!(
+            h.get(&2).map(String::as_str),
+            Some("systemd-logind (pid 40)")
+        );
         // A plain program holding a GPU is not a display server.
         let root2 = fake_proc("plain", &[(30, "glxgears", &["/dev/null"])]);
         assert!(display_holders(&root2, &owners).is_empty());
