@@ -36,6 +36,7 @@ pub enum Power {
 }
 
 impl Power {
+    #[cfg(test)]
     pub const ALL: [Power; 3] = [Power::Ac, Power::Battery, Power::Unknown];
     pub fn describe(self) -> &'static str {
         match self {
@@ -58,6 +59,7 @@ pub enum Target {
 }
 
 impl Target {
+    #[cfg(test)]
     pub const ALL: [Target; 4] = [
         Target::None,
         Target::Hybrid,

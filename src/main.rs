@@ -162,7 +162,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
     Config {
         key: Option<String>,
         value: Option<String>,
@@ -177,6 +177,17 @@ enum Cmd {
     Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
+    /// Automatic modes: on, off, or show why the current mode is in force.
+    #[command(
+        after_help = "Rules live in the config's [auto] table (gpuctl config auto.on_battery integrated).\n`gpuctl auto on` also ends a manual override; a manual `set` otherwise stands until the power source changes."
+    )]
+    Auto {
+        /// on | off | status (default: status)
+        #[arg(value_enum)]
+        action: Option<crate::proto::AutoAction>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
     Events {
         #[arg(long)]

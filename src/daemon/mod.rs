@@ -71,6 +71,7 @@ macro_rules! log {
 
 // After `log!`: macro_rules are visible to modules declared below them.
 mod apps;
+mod auto;
 
 /// The daemon's state. Dropping it detaches every program (fail-open).
 struct Daemon {
@@ -99,6 +100,8 @@ struct Daemon {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// Automatic modes (power source, external displays).
+    auto: auto::Auto,
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -118,6 +121,10 @@ pub fn run(opts: Options) -> Result<()> {
 
     let state_path = opts.state_dir.join("state.json");
     let (choice, warn) = state::load(&state_path);
+    if let Some(w) = warn {
+        log!("{w}");
+    }
+    let (auto, warn) = auto::Auto::load(&opts.state_dir);
     if let Some(w) = warn {
         log!("{w}");
     }
@@ -141,6 +148,7 @@ pub fn run(opts: Options) -> Result<()> {
         watches: BTreeMap::new(),
         dirty: false,
         save_error: None,
+        auto,
         uevents: match uevent::Uevents::open() {
             Ok(u) => Some(u),
             Err(e) => {
@@ -151,6 +159,8 @@ pub fn run(opts: Options) -> Result<()> {
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
     d.load_apps();
+    // The automatic rules pick the mode from the power source now.
+    d.auto_sync();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
     log!(
@@ -241,7 +251,11 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         if server.subscribers() == 0 && d.enforcer.events_fd().is_some() {
             d.enforcer.set_events(false)?;
         }
-        let timeout = match server.next_deadline() {
+        let deadline = match (server.next_deadline(), d.auto.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timeout = match deadline {
             Some(t) => {
                 PollTimeout::try_from(t.saturating_duration_since(now) + Duration::from_millis(1))
                     .unwrap_or(PollTimeout::MAX)
@@ -256,6 +270,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         let uevent_at = fds.len();
         if let Some(u) = &d.uevents {
             fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+        }
+        let clock_at = fds.len();
+        if let Some(fd) = d.auto.clock_fd() {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
         let events_at = fds.len();
         if let Some(fd) = events_fd {
@@ -282,12 +300,22 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         if !revents[2].is_empty() {
             d.on_inotify();
         }
-        if events_at > uevent_at
-            && !revents[uevent_at].is_empty()
-            && d.uevents.as_ref().is_some_and(|u| u.drain())
-        {
-            d.refresh();
+        if clock_at > uevent_at && !revents[uevent_at].is_empty() {
+            let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
+            if k.gpus {
+                d.refresh();
+            }
+            if k.power {
+                d.auto.arm(now, "power_supply uevent");
+            }
+            if k.forged > 0 {
+                log!("ignored {} uevent(s) not sent by the kernel", k.forged);
+            }
         }
+        if events_at > clock_at && !revents[clock_at].is_empty() {
+            d.auto.on_clock(now);
+        }
+        d.auto_tick(Instant::now());
         if first_conn > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 let line = json!({
@@ -308,6 +336,9 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         }
         if !revents[1].is_empty() {
             server.accept(now);
+        }
+        for e in std::mem::take(&mut d.auto.outbox) {
+            server.broadcast(&e);
         }
         d.persist();
     }
@@ -332,6 +363,7 @@ impl Daemon {
                     Ok(()) => {}
                     Err(e) => log!("re-applying after a hardware change failed: {e:#}"),
                 }
+                self.auto_gpus_changed();
             }
             Ok(_) => {}
             Err(e) => log!("rediscovering GPUs failed: {e:#}"),
@@ -368,7 +400,8 @@ impl Daemon {
             log!("mode {} is not fully in force: {n}", self.choice.mode);
         }
         self.enforcer.apply(&plan)?;
-        self.plan = plan;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before.blocked);
         Ok(())
     }
 
@@ -394,7 +427,8 @@ impl Daemon {
             return Response::err(Code::Internal, format!("{e:#}"));
         }
         self.choice = choice;
-        self.plan = plan;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before.blocked);
         self.note = None;
         self.dirty = true;
         Response::ok(self.mode_json())
@@ -463,11 +497,20 @@ impl Daemon {
                 self.app(*action, path.as_deref(), gpu.as_deref())
             }
             Request::Config { key, value } => self.config_req(key.as_deref(), value.as_deref()),
+            Request::Auto { action } => self.auto_request(*action),
             Request::Events {} => match self.enforcer.set_events(true) {
                 Ok(()) => Response::ok(json!({ "subscribed": true })),
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
             },
         };
+        if resp.ok
+            && matches!(
+                req,
+                Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
+            )
+        {
+            self.auto_manual();
+        }
         if req.is_change() {
             if let Some(p) = peer {
                 log!(
@@ -639,7 +682,11 @@ impl Daemon {
                 "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
             );
         }
+        let rules_changed = new.auto != self.config.auto;
         self.config = new;
+        if rules_changed {
+            self.auto_config_changed();
+        }
         Response::ok(json!({ "key": key, "value": self.config.to_json()[key], "note": note }))
     }
 
@@ -725,6 +772,7 @@ impl Daemon {
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
+            "auto": self.auto_json(),
             "state_not_saved": self.save_error,
             "grants": self.grants_json(),
             "grants_refused_map_full": grants_full,
