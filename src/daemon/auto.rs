@@ -41,7 +41,7 @@ use crate::proto::{AutoAction, Code, Response};
 pub const QUIET: Duration = Duration::from_millis(600);
 /// A decision is made at most this long after the first event of a burst,
 /// even if the connector keeps flapping (then from the state at that time).
-pub const MAX_WAIT: Duration = Duration::from_millis(1500);
+pub const MAX_WAIT: Duration = Duration::from_millis(3000);
 /// Sysfs attributes read here are a few bytes; more is not a power supply.
 const MAX_ATTR: u64 = 256;
 
