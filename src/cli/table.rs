@@ -324,30 +324,6 @@ pub fn event(v: &Value) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn aligned_columns() {
-        let t = render(
-            &["ID", "NAME"],
-            &[
-                vec!["0".into(), "a".into()],
-                vec!["10".into(), "bbb".into()],
-            ],
-        );
-        assert_eq!(t, "ID  NAME\n0   a\n10  bbb\n");
-    }
-
-    #[test]
-    fn empty_list_says_so() {
-        let t = list(&serde_json::json!({"schema":1,"mode":null,"backend":null,"gpus":[]}));
-        assert!(t.contains("No GPU found."));
-        assert!(t.contains("daemon is not running"));
-    }
-}
-
 /// Why the mode is in force, from the `auto` object of `status`:
 /// `auto: on battery since 10:42`. `None` when automation is not set up.
 fn auto_why(a: &Value) -> Option<String> {
@@ -400,4 +376,28 @@ pub fn auto(d: &Value) -> String {
         out.push_str("\nnote:       not re-evaluated after a resume (no timerfd)");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligned_columns() {
+        let t = render(
+            &["ID", "NAME"],
+            &[
+                vec!["0".into(), "a".into()],
+                vec!["10".into(), "bbb".into()],
+            ],
+        );
+        assert_eq!(t, "ID  NAME\n0   a\n10  bbb\n");
+    }
+
+    #[test]
+    fn empty_list_says_so() {
+        let t = list(&serde_json::json!({"schema":1,"mode":null,"backend":null,"gpus":[]}));
+        assert!(t.contains("No GPU found."));
+        assert!(t.contains("daemon is not running"));
+    }
 }

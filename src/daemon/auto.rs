@@ -263,15 +263,11 @@ pub fn read_power(sysfs: &Path) -> Power {
     for e in entries.flatten().take(256) {
         let p = e.path();
         match read_small(&p.join("type")).as_deref() {
-            Some("Mains" | "USB") => {
-                if read_small(&p.join("online")).as_deref() == Some("1") {
-                    return Power::Ac;
-                }
+            Some("Mains" | "USB") if read_small(&p.join("online")).as_deref() == Some("1") => {
+                return Power::Ac;
             }
-            Some("Battery") => {
-                if read_small(&p.join("scope")).as_deref() != Some("Device") {
-                    battery = true;
-                }
+            Some("Battery") if read_small(&p.join("scope")).as_deref() != Some("Device") => {
+                battery = true;
             }
             _ => {}
         }
