@@ -109,7 +109,7 @@ pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeM
         let Ok(pid) = name.to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let Some(comm) = crate::gpu::read_attr(&p.path().join("comm")) else {
+        let Some(comm) = read_comm(&p.path()) else {
             continue;
         };
         if !DISPLAY_SERVERS.contains(&comm.as_str()) {
@@ -124,6 +124,17 @@ pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeM
         }
     }
     out
+}
+
+/// `<procfs>/<pid>/comm` in one read(2) into a stack buffer (comm is at
+/// most 15 bytes): this runs for every process on a mode change, so no
+/// fstat, no growing buffer.
+fn read_comm(dir: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut buf = [0u8; 32];
+    let n = std::fs::File::open(dir.join("comm")).ok()?.read(&mut buf).ok()?;
+    let s = std::str::from_utf8(&buf[..n]).ok()?;
+    Some(s.trim_end_matches('\n').to_string())
 }
 
 /// The descriptors of one process (`<procfs>/<pid>`) that are nodes in
