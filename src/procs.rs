@@ -132,7 +132,10 @@ pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeM
 fn read_comm(dir: &Path) -> Option<String> {
     use std::io::Read;
     let mut buf = [0u8; 32];
-    let n = std::fs::File::open(dir.join("comm")).ok()?.read(&mut buf).ok()?;
+    let n = std::fs::File::open(dir.join("comm"))
+        .ok()?
+        .read(&mut buf)
+        .ok()?;
     let s = std::str::from_utf8(&buf[..n]).ok()?;
     Some(s.trim_end_matches('\n').to_string())
 }

@@ -338,3 +338,62 @@ fn external_display_unblocks_tells_the_compositor_and_unplug_restores() {
     assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), ENXIO);
     env.stop();
 }
+
+/// A `power_supply` uevent that a process (not the kernel) sends to the
+/// kernel's multicast group is ignored: the battery reading it would
+/// trigger is not made, and the daemon says why.
+#[test]
+fn forged_power_uevents_are_ignored() {
+    root_test!();
+    let mut env = laptop(true, RULES);
+    env.start();
+    assert_eq!(
+        env.open_errno(DGPU_CARD.0, DGPU_CARD.1),
+        ENXIO,
+        "on AC: hybrid"
+    );
+    // Unplugged in sysfs, but nothing tells the daemon except the forgery.
+    set_ac(&env, false);
+    let msg =
+        b"change@/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC\0ACTION=change\0\
+DEVPATH=/devices/LNXSYSTM:00/LNXSYBUS:00/ACPI0003:00/power_supply/AC\0SUBSYSTEM=power_supply\0\
+POWER_SUPPLY_NAME=AC\0POWER_SUPPLY_ONLINE=0\0SEQNUM=1\0";
+    // SAFETY: plain socket calls on an fd this test owns; the address and
+    // buffer are valid for their lengths.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM,
+            libc::NETLINK_KOBJECT_UEVENT,
+        );
+        assert!(fd >= 0);
+        let mut dst: libc::sockaddr_nl = std::mem::zeroed();
+        dst.nl_family = libc::AF_NETLINK as u16;
+        dst.nl_groups = 1;
+        let n = libc::sendto(
+            fd,
+            msg.as_ptr().cast(),
+            msg.len(),
+            0,
+            (&dst as *const libc::sockaddr_nl).cast(),
+            std::mem::size_of::<libc::sockaddr_nl>() as u32,
+        );
+        assert_eq!(
+            n,
+            msg.len() as isize,
+            "sendto: {}",
+            std::io::Error::last_os_error()
+        );
+        libc::close(fd);
+    }
+    // Longer than the settle deadline (0.6 s) a real event would arm.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        env.open_errno(DGPU_CARD.0, DGPU_CARD.1),
+        ENXIO,
+        "the forgery changed the mode"
+    );
+    let log = env.stop();
+    assert!(log.contains("uevent(s) not sent by the kernel"), "{log}");
+    assert!(!log.contains("auto: mode integrated"), "{log}");
+}
