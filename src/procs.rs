@@ -19,6 +19,9 @@ pub struct Holder {
     /// The node as the process opened it (`/dev/dri/card1`).
     pub path: String,
     pub node: DevNum,
+    /// The owner of `/proc/<pid>` (the process's effective uid; root for
+    /// a non-dumpable process): who may see this holder's pid and name.
+    pub uid: u32,
 }
 
 fn split_rdev(rdev: u64) -> DevNum {
@@ -54,10 +57,12 @@ pub fn holders(procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
         if found.is_empty() {
             continue;
         }
-        // The name is read only for processes that hold a GPU.
+        // The name and owner are read only for processes that hold a GPU.
         let comm = crate::gpu::read_attr(&p.path().join("comm")).unwrap_or_default();
+        let uid = p.metadata().map(|m| m.uid()).unwrap_or(0);
         for h in &mut found {
             h.comm.clone_from(&comm);
+            h.uid = uid;
         }
         out.extend(found);
     }
@@ -171,6 +176,7 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
                 comm: comm.to_string(),
                 path: target.to_string_lossy().into_owned(),
                 node,
+                uid: 0,
             });
         }
     }

@@ -60,6 +60,19 @@ fn set_ac(env: &Env, online: bool) {
 
 const RULES: &str = "[auto]\non_battery = \"integrated\"\non_ac = \"hybrid\"\n";
 
+/// `status --json` once it satisfies `want` (a read re-reads the hardware
+/// at most every 250 ms, so a fixture change shows up within that).
+fn status_when(env: &Env, want: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    loop {
+        let st = env.json(&["status"]);
+        if want(&st) || std::time::Instant::now() > deadline {
+            return st;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 fn mode(env: &Env) -> String {
     env.json(&["get"])["mode"].as_str().unwrap().to_string()
 }
@@ -301,9 +314,9 @@ fn external_display_unblocks_tells_the_compositor_and_unplug_restores() {
     assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), EPERM);
 
     env.machine.set_connector("card0-HDMI-A-2", true);
-    // Any request re-reads the GPUs (the uevent path is tier 3's and
+    // Read requests re-read the GPUs (the uevent path is tier 3's and
     // root_daemon's uevents_replan_without_a_request).
-    let st = env.json(&["status"]);
+    let st = status_when(&env, |st| st["mode"] == "hybrid");
     assert_eq!(st["mode"], "hybrid", "{st}");
     assert_eq!(
         st["auto"]["why"], "auto: external display GPU 1 HDMI-A-2",
@@ -315,18 +328,21 @@ fn external_display_unblocks_tells_the_compositor_and_unplug_restores() {
 
     // Unplugged: back to the rule's mode.
     env.machine.set_connector("card0-HDMI-A-2", false);
-    let st = env.json(&["status"]);
+    let st = status_when(&env, |st| st["mode"] == "integrated");
     assert_eq!(st["mode"], "integrated", "{st}");
     assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), EPERM);
 
     // Plugged again, and this time the compositor keeps the GPU open
     // after the unplug: it is not blocked under its feet.
     env.machine.set_connector("card0-HDMI-A-2", true);
-    assert_eq!(env.json(&["status"])["mode"], "hybrid");
+    assert_eq!(
+        status_when(&env, |st| st["mode"] == "hybrid")["mode"],
+        "hybrid"
+    );
     let card = DevNode::new(DGPU_CARD.0, DGPU_CARD.1);
     fake_holder(&env, 777, "kwin_wayland", &card);
     env.machine.set_connector("card0-HDMI-A-2", false);
-    let st = env.json(&["status"]);
+    let st = status_when(&env, |st| st["mode"] == "integrated");
     assert_eq!(st["mode"], "integrated", "{st}");
     assert!(
         st["note"]

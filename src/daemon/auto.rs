@@ -36,6 +36,7 @@ use super::{state, Daemon};
 use crate::automation::{self, Inputs, Power, Why};
 use crate::policy::{self, Choice, Mode};
 use crate::proto::{AutoAction, Code, Response};
+use crate::safefile::{self, ReadError};
 
 /// A burst of power events is over when none came for this long.
 pub const QUIET: Duration = Duration::from_millis(600);
@@ -81,27 +82,30 @@ impl Auto {
     pub fn load(state_dir: &Path) -> (Auto, Option<String>) {
         let path = state_dir.join("auto.json");
         let mut warn = None;
-        let file = match std::fs::read(&path) {
+        // One of the daemon's own files: not a symlink, regular, <= 1 MiB,
+        // opened O_NONBLOCK (a FIFO planted there cannot stall the start).
+        let err = match safefile::read_own(&path) {
+            Err(ReadError::Missing) => None,
             Ok(b) => match serde_json::from_slice::<AutoFile>(&b) {
-                Ok(f) if f.version == 1 => f,
-                res => {
-                    let why = match res {
-                        Ok(f) => format!("unknown version {}", f.version),
-                        Err(e) => e.to_string(),
-                    };
-                    let bad = state::bad_path(&path);
-                    let _ = std::fs::rename(&path, &bad);
-                    warn = Some(format!(
-                        "{} is corrupt ({why}); automation on, no manual override; kept as {}",
-                        path.display(),
-                        bad.display()
-                    ));
-                    AutoFile::default()
-                }
+                Ok(f) if f.version == 1 => Some(Ok(f)),
+                Ok(f) => Some(Err(format!("is corrupt (unknown version {})", f.version))),
+                Err(e) => Some(Err(format!("is corrupt ({e})"))),
             },
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => AutoFile::default(),
-            Err(e) => {
-                warn = Some(format!("cannot read {}: {e}", path.display()));
+            Err(e) => Some(Err(format!("is unusable ({e})"))),
+        };
+        let file = match err {
+            None => AutoFile::default(),
+            Some(Ok(f)) => f,
+            Some(Err(why)) => {
+                let bad = state::bad_path(&path);
+                let kept = match std::fs::rename(&path, &bad) {
+                    Ok(()) => format!("kept as {}", bad.display()),
+                    Err(e) => format!("could not move it to {}: {e}", bad.display()),
+                };
+                warn = Some(format!(
+                    "{} {why}; automation on, no manual override; {kept}",
+                    path.display()
+                ));
                 AutoFile::default()
             }
         };
@@ -537,6 +541,29 @@ mod tests {
         supply(&root, "AC", &[("type", "Mains"), ("online", "1")]);
         assert_eq!(read_power(&root), Power::Ac);
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn corrupt_auto_json_is_kept_aside_and_automation_is_on() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-autojson-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("auto.json"), "{\"version\":1,\"off\":tr").unwrap();
+        let (a, warn) = Auto::load(&dir);
+        assert!(a.enabled && !a.overridden);
+        assert!(warn.unwrap().contains("is corrupt"));
+        assert!(dir.join("auto.json.bad").exists());
+        // A saved state round-trips.
+        let (mut a, _) = Auto::load(&dir);
+        a.enabled = false;
+        a.overridden = true;
+        a.power = Some(Power::Battery);
+        a.save();
+        let (b, warn) = Auto::load(&dir);
+        assert!(warn.is_none() || warn.unwrap().contains("timerfd"));
+        assert!(!b.enabled && b.overridden);
+        assert_eq!(b.power, Some(Power::Battery));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
