@@ -170,6 +170,7 @@ impl Auto {
 
     /// The clock was set or the machine resumed: re-arm the watch.
     pub fn on_clock(&mut self, now: Instant) {
+        log!("auto: the clock was set or the machine resumed; re-reading the power source");
         if let Some(fd) = &self.clock {
             let mut b = [0u8; 8];
             // SAFETY: reading 8 bytes into an 8-byte buffer from an fd we

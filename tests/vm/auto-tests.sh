@@ -4,7 +4,9 @@
 # (tests/vm/ssdt-power.asl, compiled with iasl) that gives the guest an AC adapter and a
 # battery whose state the guest flips through CMOS; the kernel's own ac/battery drivers
 # (from the same kernel package) then send real power_supply uevents. tests/vm/guest-auto.sh
-# checks what the daemon does with them (cgroup backend).
+# checks what the daemon does with them (cgroup backend). The guest also suspends to RAM
+# (S3) once: this script wakes it through QEMU's QMP socket (`system_wakeup`) when the guest
+# prints "GPUCTL-SUSPEND" (S3 resume needs the firmware path, so this boot uses the bzImage).
 #
 # Usage: tests/vm/auto-tests.sh [-v] BIN
 #   -v   stream the guest's console (default: one summary line, plus FAIL lines and the
@@ -86,12 +88,34 @@ args=(--binary "$tmp/gpuctl" --script "$here/guest-auto.sh" --name guest-auto --
       --add "$acpi/ac.ko:/lib/modules/$KVER/extra/ac.ko"
       --add "$acpi/battery.ko:/lib/modules/$KVER/extra/battery.ko")
 [[ $verbose == 1 ]] || args+=(--quiet)
+# The wake-up button: each "GPUCTL-SUSPEND" line on the console gets a system_wakeup 2 s later.
+qmp=$tmp/qmp.sock
+rm -f "$log"
+(
+  seen=0
+  while :; do
+    n=$(grep -ac '^GPUCTL-SUSPEND' "$log" 2>/dev/null || true)
+    if [[ ${n:-0} -gt $seen ]]; then
+      seen=$n
+      sleep 2
+      perl -MIO::Socket::UNIX -e '
+        my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "qmp: $!\n";
+        $s->print(qq({"execute":"qmp_capabilities"}\n{"execute":"system_wakeup"}\n));
+        for (1 .. 3) { defined(my $l = <$s>) or last; }' "$qmp" 2>>"$tmp/qmp.err" || true
+    fi
+    sleep 0.2
+  done
+) &
+waker=$!
 t0=$SECONDS
 set +e
-GPUCTL_VM_QEMU_EXTRA="-acpitable file=$tmp/ssdt-power.aml ${GPUCTL_VM_QEMU_EXTRA:-}" \
+GPUCTL_VM_BOOT=bzimage \
+GPUCTL_VM_QEMU_EXTRA="-acpitable file=$tmp/ssdt-power.aml -qmp unix:$qmp,server=on,wait=off ${GPUCTL_VM_QEMU_EXTRA:-}" \
   "$here/run.sh" "${args[@]}" 2>"$tmp/run.err"
 rc=$?
 set -e
+kill "$waker" 2>/dev/null || true
+wait "$waker" 2>/dev/null || true
 secs=$((SECONDS - t0))
 counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" 2>/dev/null | tail -n1 || true)
 if [[ -z $counts ]]; then
