@@ -45,6 +45,8 @@ cp "$bin" "$tmp/gpuctl"
   || die "building vmopen.c failed (static glibc: package libc6-dev)"
 "$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/uevmon" "$here/uevmon.c" \
   || die "building uevmon.c failed"
+"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/holdopen" "$here/holdopen.c" \
+  || die "building holdopen.c failed"
 cp "$here/ssdt-power.asl" "$tmp/"
 (cd "$tmp" && iasl -p ssdt-power ssdt-power.asl >"$tmp/iasl.log" 2>&1) \
   || { cat "$tmp/iasl.log" >&2; die "iasl failed on ssdt-power.asl"; }
@@ -84,7 +86,7 @@ fi
 log=$repo/target/vm/guest-auto.log
 args=(--binary "$tmp/gpuctl" --script "$here/guest-auto.sh" --name guest-auto --log "$log"
       --timeout 150
-      --add "$tmp/vmopen:/bin/vmopen" --add "$tmp/uevmon:/bin/uevmon"
+      --add "$tmp/vmopen:/bin/vmopen" --add "$tmp/uevmon:/bin/uevmon" --add "$tmp/holdopen:/bin/holdopen"
       --add "$acpi/ac.ko:/lib/modules/$KVER/extra/ac.ko"
       --add "$acpi/battery.ko:/lib/modules/$KVER/extra/battery.ko")
 [[ $verbose == 1 ]] || args+=(--quiet)

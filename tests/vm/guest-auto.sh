@@ -276,6 +276,31 @@ took=$(wait_card1 EPERM 4000)
 if [ "$took" = timeout ]; then fail "display unplugged: back to integrated" "card1 still opens"
 else pass "display unplugged: back to the rule's mode in ${took} ms"; fi
 
+# ---------------------------------------------------------------- split session
+# A display server that took the GPU while the display was connected keeps it open after
+# the unplug: neither the rule nor a plain `set` may block it under its feet.
+plug on
+wait_card1 ok 4000 >/dev/null
+/bin/holdopen gnome-shell "$C1" >/tmp/hold.log 2>&1 &
+hpid=$!
+usleep 300000
+contains "split session: a stand-in compositor holds card1" "$(cat /tmp/hold.log)" "as gnome-shell (pid $hpid)"
+plug off
+usleep 1500000
+expect "split session: unplugged, but card1 stays unblocked" "$(card1)" ok
+st=$(gpuctl status)
+contains "split session: status names the holder" "$st" "held open by the display server gnome-shell (pid $hpid)"
+out=$(gpuctl set integrated 2>&1)
+rc=$?
+expect "split session: set integrated refused (exit 4)" "$rc" 4
+contains "split session: the refusal names the holder" "$out" "gnome-shell (pid $hpid)"
+out=$(gpuctl set integrated --force 2>&1)
+expect "split session: --force blocks it" "$?/$(card1)" 0/EPERM
+kill "$hpid"
+wait "$hpid" 2>/dev/null
+gpuctl auto on >/dev/null
+expect "split session: holder gone, auto on: integrated" "$(mode)/$(card1)" integrated/EPERM
+
 # ---------------------------------------------------------------- resume
 # A change while nobody reads the adapter and the firmware's poll is off sends no uevent.
 # The daemon's timerfd (cancel-on-set) fires on a clock set and on every resume.
