@@ -313,7 +313,6 @@ impl Daemon {
             if self.auto.overridden && prev != Some(power) {
                 self.auto.overridden = false;
                 log!("auto: the power source changed; the manual choice gives way to the rules");
-                self.auto.power = Some(power);
                 self.auto.save();
             }
             self.auto.power = Some(power);
@@ -370,7 +369,7 @@ impl Daemon {
             if apply {
                 super::describe_blocked(&self.plan)
             } else {
-                "(applied at start)".into()
+                "what it blocks before READY".into()
             }
         );
         self.auto.outbox.push(json!({
