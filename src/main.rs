@@ -189,6 +189,7 @@ enum Cmd {
         /// on | off | status (default: status)
         #[arg(value_enum)]
         action: Option<crate::proto::AutoAction>,
+        /// One JSON object for scripts.
         #[arg(long)]
         json: bool,
     },
