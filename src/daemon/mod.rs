@@ -611,7 +611,9 @@ impl Daemon {
         {
             self.auto_manual();
         }
-        if req.is_change() {
+        // Refusals of unprivileged requests are not logged: anyone could
+        // flood the journal with them.
+        if req.is_change() && conn.privileged {
             if let Some(p) = peer {
                 log!(
                     "{:?} from pid {} uid {} ({}): {} in {:?}",
