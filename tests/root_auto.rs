@@ -229,9 +229,10 @@ fn config_edits_the_rules_live_and_mode_events_say_why() {
 /// into /dev), removed when dropped.
 struct DevNode(PathBuf);
 impl DevNode {
-    fn new(major: u32, minor: u32) -> DevNode {
+    /// `tag` keeps tests running in parallel in this process apart.
+    fn new(tag: &str, major: u32, minor: u32) -> DevNode {
         let p = PathBuf::from(format!(
-            "/dev/gpuctl-test-{}-{major}-{minor}",
+            "/dev/gpuctl-test-{}-{tag}-{major}-{minor}",
             std::process::id()
         ));
         let _ = std::fs::remove_file(&p);
@@ -266,7 +267,7 @@ fn fake_holder(env: &Env, pid: u32, comm: &str, node: &DevNode) {
 fn split_session_refuses_without_force_naming_the_holder() {
     root_test!();
     let mut env = laptop(true, "");
-    let card = DevNode::new(DGPU_CARD.0, DGPU_CARD.1);
+    let card = DevNode::new("split", DGPU_CARD.0, DGPU_CARD.1);
     fake_holder(&env, 4321, "gnome-shell", &card);
     env.start();
     let out = env.gpuctl(&["set", "integrated"]);
@@ -339,7 +340,7 @@ fn external_display_unblocks_tells_the_compositor_and_unplug_restores() {
         status_when(&env, |st| st["mode"] == "hybrid")["mode"],
         "hybrid"
     );
-    let card = DevNode::new(DGPU_CARD.0, DGPU_CARD.1);
+    let card = DevNode::new("display", DGPU_CARD.0, DGPU_CARD.1);
     fake_holder(&env, 777, "kwin_wayland", &card);
     env.machine.set_connector("card0-HDMI-A-2", false);
     let st = status_when(&env, |st| st["mode"] == "integrated");
