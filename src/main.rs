@@ -3,6 +3,7 @@
 //! One binary: `gpuctl daemon` runs the daemon; every other subcommand is a
 //! thin client of its socket (and `list` also works without it).
 
+mod automation;
 mod bpf;
 mod cli;
 mod client;
@@ -166,7 +167,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
     Config {
         key: Option<String>,
         value: Option<String>,
@@ -181,6 +182,18 @@ enum Cmd {
     Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
+    /// Automatic modes: on, off, or show why the current mode is in force.
+    #[command(
+        after_help = "Rules live in the config's [auto] table (gpuctl config auto.on_battery integrated).\n`gpuctl auto on` also ends a manual override; a manual `set` otherwise stands until the power source changes."
+    )]
+    Auto {
+        /// on | off | status (default: status)
+        #[arg(value_enum)]
+        action: Option<crate::proto::AutoAction>,
+        /// One JSON object for scripts.
+        #[arg(long)]
+        json: bool,
+    },
     /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
     Events {
         #[arg(long)]

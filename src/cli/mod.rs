@@ -64,6 +64,9 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
+        Cmd::Auto { action, json } => {
+            call(&cli.socket, &Request::Auto { action }, json, table::auto)
+        }
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
         Cmd::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

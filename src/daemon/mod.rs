@@ -6,6 +6,7 @@ mod auth;
 pub mod config;
 mod notify;
 mod server;
+mod session;
 pub mod state;
 mod uevent;
 
@@ -75,6 +76,7 @@ macro_rules! log {
 
 // After `log!`: macro_rules are visible to modules declared below them.
 mod apps;
+mod auto;
 mod grants;
 mod signals;
 
@@ -105,6 +107,8 @@ struct Daemon {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// Automatic modes (power source, external displays).
+    auto: auto::Auto,
     /// When grants were last checked against live processes.
     last_sweep: Option<Instant>,
     /// When the inventory was last re-read for a read request.
@@ -133,6 +137,10 @@ pub fn run(opts: Options) -> Result<()> {
     if let Some(w) = warn {
         log!("{w}");
     }
+    let (auto, warn) = auto::Auto::load(&opts.state_dir);
+    if let Some(w) = warn {
+        log!("{w}");
+    }
     let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
     let enforcer = load_backend(&opts, &config).map_err(|e| e.context(Unsupported))?;
     let mut d = Daemon {
@@ -153,6 +161,7 @@ pub fn run(opts: Options) -> Result<()> {
         watches: BTreeMap::new(),
         dirty: false,
         save_error: None,
+        auto,
         last_sweep: None,
         refreshed: None,
         who_cache: None,
@@ -168,6 +177,8 @@ pub fn run(opts: Options) -> Result<()> {
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
     d.load_apps();
+    // The automatic rules pick the mode from the power source now.
+    d.auto_sync();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
     // Grants of processes that outlived the previous daemon.
@@ -276,6 +287,7 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         let wake_at = [
             server.next_deadline(),
             watchdog.as_ref().map(Watchdog::deadline),
+            d.auto.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -300,6 +312,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         let uevent_at = fds.len();
         if let Some(u) = &d.uevents {
             fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
+        }
+        let clock_at = fds.len();
+        if let Some(fd) = d.auto.clock_fd() {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
         let events_at = fds.len();
         if let Some(fd) = events_fd {
@@ -329,12 +345,22 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         if !revents[3].is_empty() {
             d.on_inotify(server);
         }
-        if events_at > uevent_at
-            && !revents[uevent_at].is_empty()
-            && d.uevents.as_ref().is_some_and(|u| u.drain())
-        {
-            d.refresh();
+        if clock_at > uevent_at && !revents[uevent_at].is_empty() {
+            let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
+            if k.gpus {
+                d.refresh();
+            }
+            if k.power {
+                d.auto.arm(now, "power_supply uevent");
+            }
+            if k.forged > 0 {
+                log!("ignored {} uevent(s) not sent by the kernel", k.forged);
+            }
         }
+        if events_at > clock_at && !revents[clock_at].is_empty() {
+            d.auto.on_clock(now);
+        }
+        d.auto_tick(Instant::now());
         if first_conn > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 // Other users' pids and command names only to root and the
@@ -363,6 +389,9 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
             let gid = auth::configured_gid(&d.config.group);
             server.accept(now, &|p: &Peer| p.may_change(gid));
         }
+        for e in std::mem::take(&mut d.auto.outbox) {
+            server.broadcast(&|_: &Conn| Some(e.clone()));
+        }
         d.persist();
     }
 }
@@ -386,6 +415,7 @@ impl Daemon {
                     Ok(()) => {}
                     Err(e) => log!("re-applying after a hardware change failed: {e:#}"),
                 }
+                self.auto_gpus_changed();
             }
             Ok(_) => {}
             Err(e) => log!("rediscovering GPUs failed: {e:#}"),
@@ -396,7 +426,13 @@ impl Daemon {
     /// are skipped with a log line; a mode that makes no sense here blocks
     /// nothing. Never fails because of policy, only because of the kernel.
     fn reapply(&mut self) -> Result<()> {
-        let plan = match policy::plan(&self.inventory, &self.choice) {
+        let inv = session::with_display_holders(
+            &self.inventory,
+            &self.roots.procfs,
+            &self.choice,
+            &self.plan.blocked,
+        );
+        let plan = match policy::plan(&inv, &self.choice) {
             Ok(p) => {
                 self.note = (!p.skipped.is_empty()).then(|| {
                     p.skipped
@@ -416,7 +452,8 @@ impl Daemon {
             log!("mode {} is not fully in force: {n}", self.choice.mode);
         }
         self.enforcer.apply(&plan)?;
-        self.plan = plan;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before.blocked);
         Ok(())
     }
 
@@ -425,7 +462,13 @@ impl Daemon {
     /// rename, fsync) happens right after the response is sent
     /// ([`Daemon::persist`]), so the client does not wait for the disk.
     fn change(&mut self, choice: Choice) -> Response {
-        let plan = match policy::check(&self.inventory, &choice) {
+        let inv = session::with_display_holders(
+            &self.inventory,
+            &self.roots.procfs,
+            &choice,
+            &self.plan.blocked,
+        );
+        let plan = match policy::check(&inv, &choice) {
             Ok(p) => p,
             Err(r) => return Response::err(Code::Refused, r.0),
         };
@@ -436,7 +479,8 @@ impl Daemon {
             return Response::err(Code::Internal, format!("{e:#}"));
         }
         self.choice = choice;
-        self.plan = plan;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before.blocked);
         self.note = None;
         self.dirty = true;
         Response::ok(self.mode_json())
@@ -476,8 +520,12 @@ impl Daemon {
         if new.bpf_log != self.config.bpf_log || new.max_grants != self.config.max_grants {
             log!("reload: bpf_log and max_grants are fixed when the BPF programs load; restart the daemon to change them");
         }
+        let rules_changed = new.auto != self.config.auto;
         self.config = new;
         self.load_apps();
+        if rules_changed {
+            self.auto_config_changed();
+        }
         log!(
             "reloaded {}: group {}, env_grants {}",
             self.config_path.display(),
@@ -549,11 +597,20 @@ impl Daemon {
                 self.app(*action, path.as_deref(), gpu.as_deref())
             }
             Request::Config { key, value } => self.config_req(key.as_deref(), value.as_deref()),
+            Request::Auto { action } => self.auto_request(*action),
             Request::Events {} => match self.enforcer.set_events(true) {
                 Ok(()) => Response::ok(json!({ "subscribed": true })),
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
             },
         };
+        if resp.ok
+            && matches!(
+                req,
+                Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
+            )
+        {
+            self.auto_manual();
+        }
         // Refusals of unprivileged requests are not logged: anyone could
         // flood the journal with them.
         if req.is_change() && conn.privileged {
@@ -731,7 +788,11 @@ impl Daemon {
                 "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
             );
         }
+        let rules_changed = new.auto != self.config.auto;
         self.config = new;
+        if rules_changed {
+            self.auto_config_changed();
+        }
         Response::ok(json!({ "key": key, "value": self.config.to_json()[key], "note": note }))
     }
 
@@ -800,6 +861,7 @@ impl Daemon {
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
+            "auto": self.auto_json(),
             "state_not_saved": self.save_error,
             "grants": grants["shown"],
             "grants_hidden": grants["hidden"],

@@ -148,6 +148,12 @@ pub struct Gpu {
     pub enum_files: Vec<FileId>,
     /// Filled in by the daemon; `None` when no daemon answers.
     pub blocked: Option<bool>,
+    /// A display server (or logind on its behalf) holding this GPU's
+    /// primary node open, as `comm (pid N)`: blocking the GPU would leave
+    /// it advertising a GPU its clients cannot open. Filled in by the
+    /// daemon before it plans a block (a procfs scan), never by discovery.
+    #[serde(skip)]
+    pub display_holder: Option<String>,
 }
 
 impl Gpu {
@@ -417,6 +423,7 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], gpus: &[PciAddr]) -
         wake_files,
         enum_files,
         blocked: None,
+        display_holder: None,
     }
 }
 
