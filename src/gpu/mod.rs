@@ -9,6 +9,7 @@ mod drm;
 mod names;
 mod nvidia;
 mod pci;
+pub mod sleep;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -130,6 +131,10 @@ pub struct Gpu {
     pub power_state: Option<String>,
     pub runtime_status: Option<String>,
     pub displays: Vec<Display>,
+    /// Whether runtime PM can put it to sleep at all, and what stops it
+    /// (`sleep` in `list --json`).
+    #[serde(default)]
+    pub sleep: sleep::Sleep,
     /// Sysfs files whose reads wake the GPU (`config`, `resourceN`, `rom`),
     /// for the lsm backend. Not part of the JSON contract.
     #[serde(skip)]
@@ -270,7 +275,7 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
     let mut gpus: Vec<Gpu> = found
         .into_iter()
         .enumerate()
-        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions))
+        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions, roots))
         .collect();
     // Stable ids: the default GPU is 0, the rest follow in PCI order.
     gpus.sort_by_key(|g| (!g.default, g.pci));
@@ -299,7 +304,7 @@ fn choose_default(found: &[Found]) -> Option<usize> {
     }
 }
 
-fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
+fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], roots: &Roots) -> Gpu {
     let mut nodes: Vec<DevNum> = [f.drm.card_dev, f.drm.render_dev]
         .into_iter()
         .flatten()
@@ -327,6 +332,7 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
         power_state: f.pci.power_state.clone(),
         runtime_status: f.pci.runtime_status.clone(),
         displays: f.drm.displays,
+        sleep: sleep::verdict(&roots.sysfs, &roots.procfs, &f.pci, all),
         wake_files: pci::wake_files(&f.pci.path),
         blocked: None,
     }
