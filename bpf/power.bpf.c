@@ -48,8 +48,13 @@ struct kobject___p {
 	const char *name;
 } __attribute__((preserve_access_index));
 
+/* CO-RE matches an enum field only with an enum of the same name. */
+enum rpm_status___p {
+	RPM_STATUS_P_ACTIVE = 0,
+};
+
 struct dev_pm_info___p {
-	int runtime_status;
+	enum rpm_status___p runtime_status;
 } __attribute__((preserve_access_index));
 
 struct device___p {
@@ -218,10 +223,12 @@ static __always_inline void transition(struct device___p *dev, struct pm_dev *d,
 
 	if (status != GPUCTL_RPM_ACTIVE && status != GPUCTL_RPM_SUSPENDED)
 		return;
-	if ((__u32)status == d->status)
+	__u32 was = d->status;
+
+	if ((__u32)status == was)
 		return;
 	d->status = status;
-	if (status == GPUCTL_RPM_ACTIVE)
+	if (status == GPUCTL_RPM_ACTIVE && was == GPUCTL_RPM_SUSPENDED)
 		d->wakes += 1;
 	e = bpf_ringbuf_reserve(&pm_events, sizeof(*e), 0);
 	if (e) {

@@ -92,4 +92,8 @@ struct pm_event {
 	struct pm_waker waker;
 };
 
+/* src/bpf_power.rs parses events at these sizes. */
+_Static_assert(sizeof(struct pm_waker) == 240, "pm_waker layout");
+_Static_assert(sizeof(struct pm_event) == 280, "pm_event layout");
+
 #endif /* GPUCTL_POWER_H */

@@ -4,6 +4,7 @@
 //! thin client of its socket (and `list` also works without it).
 
 mod bpf;
+mod bpf_power;
 mod cli;
 mod client;
 mod daemon;

@@ -293,6 +293,7 @@ mod tests {
             power_state: None,
             runtime_status: None,
             displays: Vec::new(),
+            sleep: Default::default(),
             wake_files: Vec::new(),
             blocked: None,
         }
