@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::BorrowedFd;
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -228,9 +228,7 @@ impl PowerMon {
             .context("loading the runtime-PM programs (tp_btf/rpm_*)")?;
         let p = &skel.progs;
         let links = vec![
-            p.gpuctl_rpm_resume
-                .attach()
-                .context("tp_btf/rpm_resume")?,
+            p.gpuctl_rpm_resume.attach().context("tp_btf/rpm_resume")?,
             p.gpuctl_rpm_suspend
                 .attach()
                 .context("tp_btf/rpm_suspend")?,
@@ -325,16 +323,6 @@ impl PowerMon {
             return None;
         }
         Waker::parse(&v[24..])
-    }
-
-    /// The programs' fds (for `bpf_stats` run counts in the bench and tests).
-    pub fn prog_fds(&self) -> Vec<i32> {
-        let p = &self.skel.progs;
-        vec![
-            p.gpuctl_rpm_resume.as_fd().as_raw_fd(),
-            p.gpuctl_rpm_suspend.as_fd().as_raw_fd(),
-            p.gpuctl_rpm_return_int.as_fd().as_raw_fd(),
-        ]
     }
 }
 
@@ -478,13 +466,18 @@ mod tests {
         let w = m.pending_waker(&bus).expect("the read was attributed");
         assert_eq!(w.tgid, std::process::id());
         assert_eq!(w.syscall, Some(17), "pread64: {w:?}");
-        assert_eq!(&w.fd_path[..2], &["config".to_string(), dev.clone()], "{w:?}");
+        assert_eq!(
+            &w.fd_path[..2],
+            &["config".to_string(), dev.clone()],
+            "{w:?}"
+        );
         assert!(!w.kthread);
         // No device became active: no wake counted. (The first settled
         // status seen of a device whose status was unknown is reported.)
         let ev = m.drain();
         assert!(
-            ev.iter().all(|e| e.status == RPM_SUSPENDED && e.waker.is_none()),
+            ev.iter()
+                .all(|e| e.status == RPM_SUSPENDED && e.waker.is_none()),
             "{ev:?}"
         );
         let _ = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0);

@@ -177,8 +177,17 @@ enum Cmd {
     Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
-    /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
+    /// Stream events as they happen: denied opens, and the offload GPUs' wakes
+    /// (with who woke them), sleeps and power-state changes.
     Events {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recent wakes of the offload GPUs: who woke each, what they touched,
+    /// how long it stayed awake; top wakers and time asleep.
+    Wakes {
+        /// GPU id or PCI address (default: every offload GPU).
+        gpu: Option<String>,
         #[arg(long)]
         json: bool,
     },

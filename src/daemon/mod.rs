@@ -5,6 +5,7 @@
 mod auth;
 pub mod config;
 mod notify;
+mod power;
 mod server;
 pub mod state;
 mod uevent;
@@ -98,6 +99,8 @@ struct Daemon {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// Runtime-PM transitions, wake attribution and residency (power.rs).
+    power: power::Power,
 }
 
 pub fn run(opts: Options) -> Result<()> {
@@ -122,7 +125,12 @@ pub fn run(opts: Options) -> Result<()> {
     }
     let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
     let enforcer = load_backend(&opts, &config).map_err(|e| e.context(Unsupported))?;
+    let power = power::Power::new(&opts.roots.sysfs);
+    if let Some(e) = power.error() {
+        log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
+    }
     let mut d = Daemon {
+        power,
         roots: opts.roots,
         state_path,
         config_path: opts.config.clone(),
@@ -149,6 +157,7 @@ pub fn run(opts: Options) -> Result<()> {
         },
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
+    d.sync_power();
     d.load_apps();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
@@ -260,6 +269,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         if let Some(fd) = events_fd {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
+        let power_at = fds.len();
+        if let Some(fd) = d.power.fd() {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         let first_conn = fds.len();
         fds.extend(server.conns.iter().map(|c| c.poll_fd()));
         match poll(&mut fds, timeout) {
@@ -287,7 +300,12 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         {
             d.refresh();
         }
-        if first_conn > events_at && !revents[events_at].is_empty() {
+        if first_conn > power_at && !revents[power_at].is_empty() {
+            for line in d.power.on_ready() {
+                server.broadcast(&line);
+            }
+        }
+        if power_at > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 let line = json!({
                     "event": "denied",
@@ -321,6 +339,7 @@ impl Daemon {
                 // Power state changes land here too; say something only
                 // when what is blocked changed.
                 self.inventory = inv;
+                self.sync_power();
                 let before = self.plan.clone();
                 match self.reapply() {
                     Ok(()) if self.plan != before => log!(
@@ -450,6 +469,12 @@ impl Daemon {
                 self.app(*action, path.as_deref(), gpu.as_deref())
             }
             Request::Config { key, value } => self.config_req(key.as_deref(), value.as_deref()),
+            Request::Wakes { gpu } => {
+                match self.power.wakes_json(&self.inventory, gpu.as_deref()) {
+                    Ok(v) => Response::ok(v),
+                    Err(e) => Response::err(Code::UnknownGpu, e),
+                }
+            }
             Request::Events {} => match self.enforcer.set_events(true) {
                 Ok(()) => Response::ok(json!({ "subscribed": true })),
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
@@ -647,13 +672,26 @@ impl Daemon {
         gpus
     }
 
-    fn list_json(&self) -> Value {
+    fn list_json(&mut self) -> Value {
+        let mut gpus: Vec<Value> = self
+            .gpus_with_blocked()
+            .iter()
+            .filter_map(|g| serde_json::to_value(g).ok())
+            .collect();
+        self.power.annotate(&mut gpus);
         json!({
             "schema": 1,
             "mode": self.choice.mode,
             "backend": self.enforcer.backend(),
-            "gpus": self.gpus_with_blocked(),
+            "gpus": gpus,
         })
+    }
+
+    /// Watches the offload GPUs' runtime PM (power.rs); never fatal.
+    fn sync_power(&mut self) {
+        if let Err(e) = self.power.sync(&self.inventory) {
+            log!("watching the GPUs' runtime PM failed: {e}");
+        }
     }
 
     fn grants_json(&self) -> Vec<Value> {
@@ -680,7 +718,7 @@ impl Daemon {
             Ok(d) => d,
             Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
         };
-        let gpus: Vec<Value> = self
+        let mut gpus: Vec<Value> = self
             .gpus_with_blocked()
             .into_iter()
             .map(|g| {
@@ -696,6 +734,7 @@ impl Daemon {
                 })
             })
             .collect();
+        self.power.annotate(&mut gpus);
         Response::ok(json!({
             "schema": 1,
             "daemon": {
@@ -724,6 +763,7 @@ impl Daemon {
                 .map(|(d, _)| *d)
                 .collect::<Vec<_>>(),
             "gpus": gpus,
+            "power_monitor": self.power.status_json(),
         }))
     }
 

@@ -51,7 +51,10 @@ impl Sleep {
         match (self.can_sleep, self.d3cold) {
             (Some(false), _) => format!("no: {}", first(Effect::NoSleep).unwrap_or_default()),
             (Some(true), Some(false)) => {
-                format!("D3hot only: {}", first(Effect::NoD3cold).unwrap_or_default())
+                format!(
+                    "D3hot only: {}",
+                    first(Effect::NoD3cold).unwrap_or_default()
+                )
             }
             (Some(true), _) => "yes".to_string(),
             (None, _) => "unknown".to_string(),
