@@ -265,7 +265,7 @@ mod tests {
             "{out}"
         );
         assert!(
-            out.contains("since boot: asleep 99.0 % (990 s asleep, 10 s awake)"),
+            out.contains("since boot: asleep 99.0 % (16 min asleep, 10 s awake)"),
             "{out}"
         );
         assert!(!out.contains("GPU 0"), "{out}");
