@@ -143,7 +143,8 @@ static __always_inline bool fd_path(struct task_struct___p *task, int fd, struct
 	for (int i = 0; i < GPUCTL_PM_PATH_PARTS && d; i++) {
 		struct dentry___p *up = BPF_CORE_READ(d, d_parent);
 
-		bpf_probe_read_kernel_str(w->path[i], GPUCTL_PM_PART, BPF_CORE_READ(d, d_name.name));
+		bpf_probe_read_kernel_str(w->path[i], GPUCTL_PM_PART,
+					  BPF_CORE_READ(d, d_name.name));
 		if (up == d)
 			break;
 		d = up;

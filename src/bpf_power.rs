@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -308,6 +308,36 @@ impl PowerMon {
             .lookup(&key(dev), MapFlags::ANY)
             .ok()??;
         u64_at(&v, 16)
+    }
+
+    /// Each program's name, run count and total run time in ns, from
+    /// `/proc/self/fdinfo` (the kernel counts only while
+    /// `kernel.bpf_stats_enabled` is 1).
+    pub fn stats(&self) -> Vec<(&'static str, u64, u64)> {
+        let p = &self.skel.progs;
+        [
+            ("gpuctl_rpm_resume", p.gpuctl_rpm_resume.as_fd().as_raw_fd()),
+            (
+                "gpuctl_rpm_suspend",
+                p.gpuctl_rpm_suspend.as_fd().as_raw_fd(),
+            ),
+            (
+                "gpuctl_rpm_return_int",
+                p.gpuctl_rpm_return_int.as_fd().as_raw_fd(),
+            ),
+        ]
+        .into_iter()
+        .map(|(name, fd)| {
+            let info =
+                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
+            let field = |k: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            (name, field("run_cnt:"), field("run_time_ns:"))
+        })
+        .collect()
     }
 
     /// The waker recorded for a resume of `dev` that has not completed.

@@ -51,7 +51,9 @@ pub fn cause(w: &Value) -> String {
 }
 
 fn seconds(ms: u64) -> String {
-    if ms < 10_000 {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 10_000 {
         format!("{:.1} s", ms as f64 / 1000.0)
     } else if ms < 120_000 {
         format!("{} s", ms / 1000)

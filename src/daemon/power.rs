@@ -438,7 +438,14 @@ impl Power {
                             "awake_ms": awake_ms, "power_state": ps}));
         }
         if e.role == Role::Gpu {
-            let (ps, rs) = state(&g.dir);
+            // The status the kernel settled in (sysfs may have moved on);
+            // the D-state as sysfs says now.
+            let (ps, _) = state(&g.dir);
+            let rs = if e.status == RPM_ACTIVE {
+                "active"
+            } else {
+                "suspended"
+            };
             out.push(json!({"event": "power", "gpu": e.gpu, "pci": pci,
                             "power_state": ps, "runtime_status": rs}));
         }
@@ -515,9 +522,15 @@ impl Power {
         }
     }
 
-    /// The top-level status fields.
+    /// The top-level status fields, with each program's run count and
+    /// total run time (non-zero only while `kernel.bpf_stats_enabled` is 1).
     pub fn status_json(&self) -> Value {
-        json!({"attached": self.mon.is_some(), "error": self.error})
+        let programs = self.mon.as_ref().map(PowerMon::stats).unwrap_or_default();
+        let programs: Vec<Value> = programs
+            .into_iter()
+            .map(|(name, cnt, ns)| json!({"name": name, "run_cnt": cnt, "run_time_ns": ns}))
+            .collect();
+        json!({"attached": self.mon.is_some(), "error": self.error, "programs": programs})
     }
 
     /// The `wakes` request: the history (oldest first), for one GPU or all.

@@ -170,9 +170,17 @@ pub fn verdict(sysfs: &Path, procfs: &Path, gpu: &PciFunction, all: &[PciFunctio
             );
         }
     }
+    // ACPI systems: D3cold needs a power resource (_PR3), on the GPU's own
+    // node or on its bridge; sysfs shows it as firmware_node/power_resources_D3hot.
+    let fw = |d: &Path| d.join("firmware_node").exists();
+    let pr3 = |d: &Path| d.join("firmware_node/power_resources_D3hot").exists();
     let bridge = bridge_of(gpu);
-    if let Some(b) = bridge {
-        if read_attr(&dev_dir(sysfs, b).join("power/control")).as_deref() == Some("on") {
+    let bdir = bridge.map(|b| dev_dir(sysfs, b));
+    let own_pr3 = pr3(dir);
+    if let (Some(b), Some(bd)) = (bridge, &bdir) {
+        // With its own power resource the GPU powers off by itself; else
+        // the slot's power goes with the bridge, which must suspend.
+        if !own_pr3 && read_attr(&bd.join("power/control")).as_deref() == Some("on") {
             no(
                 Effect::NoD3cold,
                 format!(
@@ -183,12 +191,7 @@ pub fn verdict(sysfs: &Path, procfs: &Path, gpu: &PciFunction, all: &[PciFunctio
             );
         }
     }
-    // ACPI systems: D3cold needs a power resource (_PR3) on the GPU or its
-    // bridge; sysfs shows it as firmware_node/power_resources_D3hot.
-    let fw = |d: &Path| d.join("firmware_node").exists();
-    let pr3 = |d: &Path| d.join("firmware_node/power_resources_D3hot").exists();
-    let bdir = bridge.map(|b| dev_dir(sysfs, b));
-    if fw(dir) && !pr3(dir) && !bdir.as_deref().is_some_and(pr3) {
+    if fw(dir) && !own_pr3 && !bdir.as_deref().is_some_and(pr3) {
         no(
             Effect::NoD3cold,
             "the firmware gives it no power resource (_PR3 on the GPU or its bridge): it can \
