@@ -310,10 +310,10 @@ impl PowerMon {
         u64_at(&v, 16)
     }
 
-    /// Each program's name, run count and total run time in ns, from
+    /// Each program's name, kernel id, run count and total run time in ns, from
     /// `/proc/self/fdinfo` (the kernel counts only while
     /// `kernel.bpf_stats_enabled` is 1).
-    pub fn stats(&self) -> Vec<(&'static str, u64, u64)> {
+    pub fn stats(&self) -> Vec<(&'static str, u64, u64, u64)> {
         let p = &self.skel.progs;
         [
             ("gpuctl_rpm_resume", p.gpuctl_rpm_resume.as_fd().as_raw_fd()),
@@ -335,7 +335,12 @@ impl PowerMon {
                     .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
                     .unwrap_or(0)
             };
-            (name, field("run_cnt:"), field("run_time_ns:"))
+            (
+                name,
+                field("prog_id:"),
+                field("run_cnt:"),
+                field("run_time_ns:"),
+            )
         })
         .collect()
     }

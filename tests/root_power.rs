@@ -36,7 +36,11 @@ fn daemon_reports_residency_and_wakes() {
     env.start();
 
     let s = env.json(&["status"]);
-    assert_eq!(s["power_monitor"]["attached"], true, "{s:#}");
+    assert_eq!(s["power_monitor"]["running"], true, "{s:#}");
+    assert_eq!(
+        s["attached"], false,
+        "hybrid: the enforcer attaches nothing"
+    );
     let names: Vec<&str> = s["power_monitor"]["programs"]
         .as_array()
         .unwrap()

@@ -160,9 +160,9 @@ pub fn wakes(d: &Value) -> String {
             .map(|t| {
                 let uid = t["uid"]
                     .as_u64()
-                    .map(|u| format!(", uid {u}"))
+                    .map(|u| format!(" (uid {u})"))
                     .unwrap_or_default();
-                format!("{} ({}{uid})", s(&t["comm"]), s(&t["wakes"]))
+                format!("{}{uid} ×{}", s(&t["comm"]), s(&t["wakes"]))
             })
             .collect();
         if !top.is_empty() {

@@ -528,9 +528,11 @@ impl Power {
         let programs = self.mon.as_ref().map(PowerMon::stats).unwrap_or_default();
         let programs: Vec<Value> = programs
             .into_iter()
-            .map(|(name, cnt, ns)| json!({"name": name, "run_cnt": cnt, "run_time_ns": ns}))
+            .map(|(name, id, cnt, ns)| {
+                json!({"name": name, "prog_id": id, "run_cnt": cnt, "run_time_ns": ns})
+            })
             .collect();
-        json!({"attached": self.mon.is_some(), "error": self.error, "programs": programs})
+        json!({"running": self.mon.is_some(), "error": self.error, "programs": programs})
     }
 
     /// The `wakes` request: the history (oldest first), for one GPU or all.

@@ -87,7 +87,7 @@ fi
 pass "daemon --backend lsm starts"
 gpuctl status --json >/tmp/s1.json
 contains "status reports D3cold" "$(grep -m1 '"power_state"' /tmp/s1.json)$(grep '"power_state"' /tmp/s1.json | tail -n1)" '"D3cold"'
-contains "status: the runtime-PM programs are attached" "$(grep -A1 '"power_monitor"' /tmp/s1.json)" '"attached": true'
+contains "status: the runtime-PM programs are running" "$(grep -A1 '"power_monitor"' /tmp/s1.json)" '"running": true'
 gpuctl list --json >/tmp/l1.json
 contains "list --json: can_sleep true" "$(cat /tmp/l1.json)" '"can_sleep": true'
 contains "list --json: D3cold reachable" "$(cat /tmp/l1.json)" '"d3cold": true'
@@ -152,6 +152,8 @@ echo "== gpuctl wakes"
 gpuctl wakes
 echo "== gpuctl list"
 gpuctl list
+echo "== gpuctl doctor"
+gpuctl doctor
 
 # Blocked with the lsm backend: the same read is denied; the GPU stays in D3cold.
 gpuctl block 1 >/dev/null
@@ -221,5 +223,19 @@ echo "== cgroup, GPU 1 blocked: lspci's read: $r"
 gpuctl wakes
 gpuctl status | grep -A1 '^GPU 1:'
 stop_daemon
+
+# ---------------------------------------------------------------- can it sleep at all?
+echo on >"$D/power/control"
+echo 0 >"$D/d3cold_allowed"
+echo "== gpuctl list (power/control = on, d3cold_allowed = 0)"
+gpuctl list | tee /tmp/l2.txt
+contains "list says the GPU cannot sleep, and the fix" "$(cat /tmp/l2.txt)" \
+  "fix: echo auto > /sys/bus/pci/devices/$P/power/control"
+expect "runtime PM off: the GPU is awake (D0)" "$(wait_state "D0 active")" "D0 active"
+echo "== gpuctl doctor (same)"
+gpuctl doctor
+echo auto >"$D/power/control"
+echo 1 >"$D/d3cold_allowed"
+expect "runtime PM back on: D3cold again" "$(wait_state "D3cold suspended")" "D3cold suspended"
 grep -a 'error\|panic' /tmp/daemon-lsm.log /tmp/daemon-cgroup.log | sed 's/^/daemon| /'
 finish
