@@ -607,7 +607,9 @@ if [[ -n $PM_CFG ]]; then
 	while read -r name c0 t0 c1 t1; do
 		dc=$((c1 - c0)) dt=$((t1 - t0))
 		if ((dc > 0)); then
-			PM_ROWS+=("BPF $name (tp_btf), an unwatched device"$'\t'"$(fmt_ns "$((dt / dc))")/call, $dc calls for $PM_READS config reads of ${PM_CFG%/config}"$'\t'"< 1 µs per transition"$'\t'"$(under "$((dt / dc))" 1000)")
+			v=MISS
+			((dt / dc < 1000)) && v=ok
+			PM_ROWS+=("BPF $name (tp_btf), an unwatched device"$'\t'"$(fmt_ns "$((dt / dc))")/call, $dc calls for $PM_READS config reads of ${PM_CFG%/config}"$'\t'"< 1 µs per transition"$'\t'"$v")
 		else
 			PM_ROWS+=("BPF $name (tp_btf), an unwatched device"$'\t'"0 calls for $PM_READS config reads"$'\t'"—"$'\t'"info")
 		fi
