@@ -234,8 +234,9 @@ contains "list says the GPU cannot sleep, and the fix" "$(cat /tmp/l2.txt)" \
 expect "runtime PM off: the GPU is awake (D0)" "$(wait_state "D0 active")" "D0 active"
 echo "== gpuctl doctor (same)"
 gpuctl doctor
-echo auto >"$D/power/control"
+# (Writing d3cold_allowed resumes the device: set it before runtime PM goes back on.)
 echo 1 >"$D/d3cold_allowed"
+echo auto >"$D/power/control"
 expect "runtime PM back on: D3cold again" "$(wait_state "D3cold suspended")" "D3cold suspended"
 grep -a 'error\|panic' /tmp/daemon-lsm.log /tmp/daemon-cgroup.log | sed 's/^/daemon| /'
 finish
