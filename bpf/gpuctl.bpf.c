@@ -29,6 +29,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define SYSFS_MAGIC 0x62656572
 #define MINORBITS 20
 #define MINORMASK ((1U << MINORBITS) - 1)
+/* NSEC_PER_SEC / USER_HZ: /proc/<pid>/stat counts start times in 1/100 s. */
+#define NSEC_PER_USER_TICK 10000000ULL
 
 /*
  * Load-time constants, set by the loader between open and load. Branches on
@@ -144,8 +146,30 @@ static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u
 	e->gpu = gpu;
 	e->major = major;
 	e->minor = minor;
+	e->uid = bpf_get_current_uid_gid() & 0xffffffff;
+	e->pad = 0;
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* A process's start time as /proc/<pid>/stat gives it (field 22). */
+static __always_inline __u64 start_ticks(struct task_struct *task)
+{
+	return task->group_leader->start_boottime / NSEC_PER_USER_TICK;
+}
+
+/*
+ * The grant of the current process, if it holds one: an entry for its tgid
+ * that was made for this very process (a grant left by an exited process
+ * whose pid was reused does not count).
+ */
+static __always_inline struct grant *current_grant(__u32 tgid)
+{
+	struct grant *g = bpf_map_lookup_elem(&grants, &tgid);
+
+	if (g && g->start != start_ticks(bpf_get_current_task_btf()))
+		return NULL;
+	return g;
 }
 
 /*
@@ -161,7 +185,7 @@ static __always_inline bool decide(const struct dev_rule *rule, __u32 tgid)
 		return false;
 	if (!(rule->flags & (GPUCTL_RULE_GRANTABLE | GPUCTL_RULE_ONLY_HIDE)))
 		return true;
-	g = bpf_map_lookup_elem(&grants, &tgid);
+	g = current_grant(tgid);
 	if (rule->flags & GPUCTL_RULE_ONLY_HIDE)
 		return g && (g->flags & GPUCTL_GRANT_ONLY) && !(g->gpus & (1U << (rule->gpu & 31)));
 	return !(g && (g->gpus & (1U << (rule->gpu & 31))));
@@ -294,9 +318,10 @@ int BPF_PROG(gpuctl_fork, struct task_struct *parent, struct task_struct *child)
 	if (ptgid == ctgid)
 		return 0;
 	g = bpf_map_lookup_elem(&grants, &ptgid);
-	if (g) {
+	if (g && g->start == start_ticks(parent)) {
 		struct grant copy = *g;
 
+		copy.start = start_ticks(child);
 		put_grant(ctgid, &copy);
 	}
 	return 0;
@@ -371,6 +396,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	struct inode *inode;
 	struct app_rule *app;
 	struct env_scan scan = {};
+	struct grant *granted;
 	struct grant g = {};
 
 	inode = bprm->file->f_inode;
@@ -384,11 +410,13 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		}
 		g.gpus = app->gpus;
 		g.how = GPUCTL_GRANT_APP;
+		g.start = start_ticks(p);
 		put_grant(tgid, &g);
 		return 0;
 	}
 	/* Already granted (inherited or `gpuctl run`): the grant survives exec. */
-	if (bpf_map_lookup_elem(&grants, &tgid))
+	granted = bpf_map_lookup_elem(&grants, &tgid);
+	if (granted && granted->start == start_ticks(p))
 		return 0;
 	if (!(smart_cfg & GPUCTL_SMART_ENV))
 		return 0;
@@ -400,6 +428,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		return 0;
 	g.gpus = ~0U;
 	g.how = GPUCTL_GRANT_ENV;
+	g.start = start_ticks(p);
 	put_grant(tgid, &g);
 	if (log_level >= GPUCTL_LOG_DEBUG)
 		bpf_printk("gpuctl: env grant for %u", tgid);

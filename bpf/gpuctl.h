@@ -80,12 +80,18 @@ struct file_key {
 	__u64 ino;
 };
 
-/* Value of `grants` (key: tgid). */
+/*
+ * Value of `grants` (key: tgid). A grant is bound to one process, not to a
+ * pid number: `start` is the process's start time in clock ticks since boot
+ * (USER_HZ, as field 22 of /proc/<pid>/stat), and a grant whose `start` is
+ * not the current holder's of that tgid is ignored (the pid was reused).
+ */
 struct grant {
 	/* Bit N: GPU id N may be opened. */
 	__u32 gpus;
 	__u16 how;
 	__u16 flags;
+	__u64 start;
 };
 
 /* Value of `apps`. */
@@ -102,6 +108,11 @@ struct deny_event {
 	__u32 major;
 	__u32 minor;
 	char comm[16];
+	/* The task's real uid (who may see its pid and comm). */
+	__u32 uid;
+	__u32 pad;
 };
+/* src/bpf.rs (DENY_EVENT_SIZE) parses exactly this layout. */
+_Static_assert(sizeof(struct deny_event) == 40, "struct deny_event layout");
 
 #endif /* GPUCTL_H */

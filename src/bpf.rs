@@ -145,6 +145,9 @@ pub struct Grant {
     pub gpus: u32,
     pub how: GrantHow,
     pub only: bool,
+    /// The process's start time (clock ticks since boot, as in
+    /// `/proc/<pid>/stat`): the grant is bound to that process only.
+    pub start: u64,
 }
 
 /// A denied open reported by the kernel (`struct deny_event`).
@@ -155,10 +158,18 @@ pub struct DenyEvent {
     pub gpu: u32,
     /// `226:0`; `0:0` for a sysfs file.
     pub node: DevNum,
+    /// The denied task's real uid.
+    pub uid: u32,
 }
+
+/// `sizeof(struct deny_event)` (a `_Static_assert` in bpf/gpuctl.h).
+const DENY_EVENT_SIZE: usize = 40;
 
 impl DenyEvent {
     fn parse(b: &[u8]) -> Option<DenyEvent> {
+        if b.len() < DENY_EVENT_SIZE {
+            return None;
+        }
         let u = |i: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
         };
@@ -169,6 +180,7 @@ impl DenyEvent {
             gpu: u(4)?,
             node: DevNum::new(u(8)?, u(12)?),
             comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
+            uid: u(32)?,
         })
     }
 }
@@ -212,11 +224,13 @@ pub fn file_key(f: FileId) -> [u8; 16] {
     k
 }
 
-fn grant_bytes(gpus: u32, how: GrantHow, only: bool) -> [u8; 8] {
-    let mut v = [0u8; 8];
-    v[..4].copy_from_slice(&gpus.to_ne_bytes());
-    v[4..6].copy_from_slice(&how.raw().to_ne_bytes());
-    v[6..].copy_from_slice(&u16::from(only).to_ne_bytes());
+/// `struct grant`.
+fn grant_bytes(g: &Grant) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(&g.gpus.to_ne_bytes());
+    v[4..6].copy_from_slice(&g.how.raw().to_ne_bytes());
+    v[6..8].copy_from_slice(&u16::from(g.only).to_ne_bytes());
+    v[8..].copy_from_slice(&g.start.to_ne_bytes());
     v
 }
 
@@ -536,20 +550,29 @@ impl Enforcer {
         Ok(unsafe { std::ptr::read_volatile(&bss.grants_full) })
     }
 
-    /// Grants `pid`'s thread group access to the GPUs in `gpus`; every
-    /// process it forks from now on inherits it. `Ok(false)`: the grant map
-    /// is full, and the process stays denied.
-    pub fn grant(&self, pid: u32, gpus: u32, how: GrantHow, only: bool) -> Result<bool> {
-        let res = self.skel.maps.grants.update(
-            &pid.to_ne_bytes(),
-            &grant_bytes(gpus, how, only),
-            MapFlags::ANY,
-        );
+    /// Grants the process `g.pid` (started at `g.start`) access to the GPUs
+    /// in `g.gpus`; every process it forks from now on inherits it.
+    /// `Ok(false)`: the grant map is full, and the process stays denied.
+    pub fn grant(&self, g: &Grant) -> Result<bool> {
+        let res =
+            self.skel
+                .maps
+                .grants
+                .update(&g.pid.to_ne_bytes(), &grant_bytes(g), MapFlags::ANY);
         match res {
             Ok(()) => Ok(true),
             // E2BIG: the map is at max_entries.
             Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(false),
-            Err(e) => Err(e).with_context(|| format!("granting pid {pid}")),
+            Err(e) => Err(e).with_context(|| format!("granting pid {}", g.pid)),
+        }
+    }
+
+    /// Removes the grant of `pid`, if there is one.
+    pub fn revoke(&self, pid: u32) -> Result<()> {
+        match self.skel.maps.grants.delete(&pid.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("revoking the grant of pid {pid}")),
         }
     }
 
@@ -565,6 +588,7 @@ impl Enforcer {
                     gpus: u32::from_ne_bytes(v.get(..4)?.try_into().ok()?),
                     how: GrantHow::from_raw(u16::from_ne_bytes(v.get(4..6)?.try_into().ok()?)),
                     only: u16::from_ne_bytes(v.get(6..8)?.try_into().ok()?) & 1 != 0,
+                    start: u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?),
                 })
             })
             .collect()
@@ -720,8 +744,16 @@ mod tests {
         assert_eq!(size_of::<skel::types::file_key>(), file_key(f).len());
         assert_eq!(
             size_of::<skel::types::grant>(),
-            grant_bytes(0, GrantHow::Run, false).len()
+            grant_bytes(&Grant {
+                pid: 1,
+                gpus: 0,
+                how: GrantHow::Run,
+                only: false,
+                start: 0
+            })
+            .len()
         );
+
         assert_eq!(size_of::<skel::types::app_rule>(), 8);
     }
 
@@ -746,10 +778,12 @@ mod tests {
             b.extend_from_slice(&v.to_ne_bytes());
         }
         b.extend_from_slice(b"firefox\0\0\0\0\0\0\0\0\0");
+        b.extend_from_slice(&1000u32.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
         let e = DenyEvent::parse(&b).unwrap();
         assert_eq!(
-            (e.pid, e.gpu, e.node, e.comm.as_str()),
-            (42, 1, DevNum::new(226, 129), "firefox")
+            (e.pid, e.gpu, e.node, e.comm.as_str(), e.uid),
+            (42, 1, DevNum::new(226, 129), "firefox", 1000)
         );
         assert!(DenyEvent::parse(&b[..20]).is_none());
     }

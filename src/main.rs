@@ -12,6 +12,7 @@ mod gpu;
 mod policy;
 mod procs;
 mod proto;
+mod safefile;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,9 @@ pub mod exit {
     pub const REFUSED: u8 = 4;
     /// The caller may not change the mode.
     pub const DENIED: u8 = 5;
+    /// The daemon is busy: too many clients, or no answer in time (sysexits'
+    /// EX_TEMPFAIL: try again).
+    pub const BUSY: u8 = 75;
     /// `gpuctl daemon`: this kernel cannot load or attach the BPF programs
     /// (sysexits' EX_CONFIG; the systemd unit does not restart on it).
     pub const UNSUPPORTED: u8 = 78;
@@ -41,7 +45,7 @@ pub mod exit {
     name = "gpuctl",
     version,
     about = "Keep a laptop's discrete GPU asleep: per-device, per-process GPU access control with eBPF",
-    after_help = "Exit codes: 0 ok, 1 error, 2 bad usage, 3 daemon not running, 4 refused, 5 permission denied."
+    after_help = "Exit codes: 0 ok, 1 error, 2 bad usage, 3 daemon not running, 4 refused, 5 permission denied, 75 daemon busy (try again)."
 )]
 pub struct Cli {
     /// The daemon's socket.

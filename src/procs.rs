@@ -19,6 +19,9 @@ pub struct Holder {
     /// The node as the process opened it (`/dev/dri/card1`).
     pub path: String,
     pub node: DevNum,
+    /// The owner of `/proc/<pid>` (the process's effective uid; root for
+    /// a non-dumpable process): who may see this holder's pid and name.
+    pub uid: u32,
 }
 
 fn split_rdev(rdev: u64) -> DevNum {
@@ -83,12 +86,14 @@ pub fn holders(procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
                 })
                 .clone();
             let path = target.to_string_lossy().into_owned();
+            let uid = p.metadata().map(|m| m.uid()).unwrap_or(0);
             out.push(Holder {
                 gpu,
                 pid,
                 comm,
                 path,
                 node,
+                uid,
             });
         }
     }

@@ -264,14 +264,7 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
     });
     match res {
         Ok(()) => exit::OK,
-        Err(ClientError::NotRunning(m)) => {
-            eprintln!("gpuctl: {m}");
-            exit::NOT_RUNNING
-        }
-        Err(ClientError::Io(e)) => {
-            eprintln!("gpuctl: {e:#}");
-            exit::ERROR
-        }
+        Err(e) => client_error(&e),
     }
 }
 
@@ -309,7 +302,8 @@ fn exit_for(code: Code) -> u8 {
         Code::BadRequest | Code::UnknownGpu | Code::UnsupportedVersion => exit::USAGE,
         Code::Refused => exit::REFUSED,
         Code::PermissionDenied => exit::DENIED,
-        Code::TooLarge | Code::Timeout | Code::Internal | Code::Busy => exit::ERROR,
+        Code::Busy => exit::BUSY,
+        Code::TooLarge | Code::Timeout | Code::Internal => exit::ERROR,
     }
 }
 
@@ -338,6 +332,7 @@ fn client_error(e: &ClientError) -> u8 {
     eprintln!("gpuctl: {e}");
     match e {
         ClientError::NotRunning(_) => exit::NOT_RUNNING,
+        ClientError::Busy(_) => exit::BUSY,
         ClientError::Io(_) => exit::ERROR,
     }
 }

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use nix::sys::inotify::AddWatchFlags;
 use serde_json::{json, Value};
 
+use super::server::Server;
 use super::{state, Daemon};
 use crate::policy::AppRule;
 use crate::proto::{AppAction, Code, Response};
@@ -82,7 +83,9 @@ impl Daemon {
             | AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_CLOSE_WRITE
             | AddWatchFlags::IN_DELETE
-            | AddWatchFlags::IN_MOVED_FROM;
+            | AddWatchFlags::IN_MOVED_FROM
+            // The socket's directory may be watched too: add, not replace.
+            | AddWatchFlags::from_bits_retain(libc::IN_MASK_ADD);
         match self.inotify.add_watch(dir, mask) {
             Ok(wd) => {
                 self.watches.insert(wd, dir.to_path_buf());
@@ -94,13 +97,26 @@ impl Daemon {
         }
     }
 
-    /// Re-resolves the app rules whose file changed in a watched directory.
-    pub(super) fn on_inotify(&mut self) {
+    /// Re-resolves the app rules whose file changed in a watched directory;
+    /// re-creates the socket if its file was deleted.
+    pub(super) fn on_inotify(&mut self, server: &mut Server) {
         let Ok(events) = self.inotify.read_events() else {
             return;
         };
         let mut touched = Vec::new();
         for ev in events {
+            if Some(ev.wd) == self.socket_watch
+                && ev.name.as_deref() == server.path().file_name()
+                && !server.socket_present()
+            {
+                match server.rebind() {
+                    Ok(()) => log!(
+                        "the socket {} was removed; listening on a new one",
+                        server.path().display()
+                    ),
+                    Err(e) => log!("re-creating the socket failed: {e:#}"),
+                }
+            }
             let (Some(dir), Some(name)) = (self.watches.get(&ev.wd), ev.name) else {
                 continue;
             };
@@ -201,10 +217,13 @@ impl Daemon {
 }
 
 /// `#!` scripts: exec runs the interpreter, so a rule keyed on the script
-/// never matches. Say so, with the interpreter.
+/// never matches. Say so, with the interpreter. The file is opened without
+/// blocking and must be a regular file (a FIFO swapped in after the O_PATH
+/// check must not hang the daemon).
 fn script_note(path: &str) -> Option<String> {
     let mut head = [0u8; 256];
-    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
+    let mut f = crate::safefile::open_regular(std::path::Path::new(path), false).ok()?;
+    let n = std::io::Read::read(&mut f, &mut head).ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
     let interp = String::from_utf8_lossy(&line[..end]).trim().to_string();

@@ -11,8 +11,6 @@
 //! when the ring buffer has transitions or a client asks.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -73,16 +71,12 @@ pub fn residency_since(base: Counters, now: Counters) -> (Residency, bool) {
     )
 }
 
-/// Reads a small sysfs attribute without following a symlink or blocking.
+/// Reads a small sysfs attribute: not following a symlink, never blocking,
+/// regular files only, 4 KiB at most (`safefile`).
 fn read_small(path: &Path) -> Option<String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .ok()?;
-    let mut s = String::new();
-    f.take(4096).read_to_string(&mut s).ok()?;
-    Some(s.trim().to_string())
+    let f = crate::safefile::open_regular(path, true).ok()?;
+    let b = crate::safefile::read_from(f, 4096).ok()?;
+    Some(String::from_utf8_lossy(&b).trim().to_string())
 }
 
 pub fn read_counters(dev_dir: &Path) -> Option<Counters> {
@@ -453,7 +447,7 @@ impl Power {
     }
 
     /// The `runtime_pm` object of one GPU (`null` for a GPU not watched).
-    pub fn gpu_json(&mut self, id: u32) -> Value {
+    pub fn gpu_json(&mut self, id: u32, viewer: Viewer) -> Value {
         let kernel_wakes = |dev: &str| self.mon.as_ref().map(|m| m.kernel_wakes(dev));
         let Some(g) = self.gpus.get(&id) else {
             return Value::Null;
@@ -490,14 +484,20 @@ impl Power {
         let top: Vec<Value> = top
             .into_iter()
             .take(TOP)
-            .map(|((comm, uid), n)| json!({"comm": comm, "uid": uid, "wakes": n}))
+            .map(|((comm, uid), n)| {
+                let shown = viewer.is_none() || *uid == viewer;
+                json!({"comm": shown.then_some(comm), "uid": if shown { *uid } else { None }, "wakes": n})
+            })
             .collect();
         let pci = g.pci.to_string();
-        let last = self
+        let mut last = self
             .history
             .iter()
             .rev()
-            .find(|w| w.device == pci && w.role == Role::Gpu);
+            .find(|w| w.device == pci && w.role == Role::Gpu)
+            .and_then(|w| serde_json::to_value(w).ok())
+            .unwrap_or(Value::Null);
+        redact_wake(&mut last, viewer);
         json!({
             "since": (g.since * 1000.0).round() / 1000.0,
             "since_start": since_start,
@@ -512,10 +512,10 @@ impl Power {
     }
 
     /// Adds `runtime_pm` to each GPU object of a `list`/`status` answer.
-    pub fn annotate(&mut self, gpus: &mut [Value]) {
+    pub fn annotate(&mut self, gpus: &mut [Value], viewer: Viewer) {
         for g in gpus {
             let Some(id) = g["id"].as_u64() else { continue };
-            let v = self.gpu_json(id as u32);
+            let v = self.gpu_json(id as u32, viewer);
             if let Some(o) = g.as_object_mut() {
                 o.insert("runtime_pm".into(), v);
             }
@@ -536,17 +536,26 @@ impl Power {
     }
 
     /// The `wakes` request: the history (oldest first), for one GPU or all.
-    pub fn wakes_json(&mut self, inv: &Inventory, arg: Option<&str>) -> Result<Value, String> {
+    pub fn wakes_json(
+        &mut self,
+        inv: &Inventory,
+        arg: Option<&str>,
+        viewer: Viewer,
+    ) -> Result<Value, String> {
         let only = match arg {
             Some(a) => Some(inv.find(a)?.id),
             None => None,
         };
-        let wakes: Vec<&Wake> = self
+        let wakes: Vec<Value> = self
             .history
             .iter()
             .filter(|w| only.is_none_or(|id| w.gpu == id))
+            .filter_map(|w| serde_json::to_value(w).ok())
+            .map(|mut v| {
+                redact_wake(&mut v, viewer);
+                v
+            })
             .collect();
-        let wakes = serde_json::to_value(wakes).unwrap_or(Value::Null);
         let ids: Vec<u32> = inv
             .gpus
             .iter()
@@ -563,7 +572,7 @@ impl Power {
                     "name": g.and_then(|g| g.name.clone()),
                     "power_state": g.and_then(|g| g.power_state.clone()),
                     "runtime_status": g.and_then(|g| g.runtime_status.clone()),
-                    "runtime_pm": self.gpu_json(id),
+                    "runtime_pm": self.gpu_json(id, viewer),
                 })
             })
             .collect();
@@ -571,6 +580,27 @@ impl Power {
             json!({"schema": 1, "attributed": self.mon.is_some(), "error": self.error,
                   "history_max": HISTORY, "gpus": gpus, "wakes": wakes}),
         )
+    }
+}
+
+/// Who is looking: `None` sees every waker (root and the configured
+/// group); `Some(uid)` (a plain user) sees only that uid's processes (and
+/// kernel threads), as for `denied` events and `who`.
+pub type Viewer = Option<u32>;
+
+/// Hides another user's process from a plain user: pid, command, uid and
+/// the file it touched become `null` (the wake itself and its times stay).
+pub fn redact_wake(w: &mut Value, viewer: Viewer) {
+    let Some(me) = viewer else { return };
+    if w["kworker"] == true || w["uid"].as_u64() == Some(u64::from(me)) {
+        return;
+    }
+    if let Some(o) = w.as_object_mut() {
+        for k in ["pid", "tgid", "comm", "uid", "what", "file"] {
+            if o.contains_key(k) {
+                o.insert(k.into(), Value::Null);
+            }
+        }
     }
 }
 
@@ -739,7 +769,7 @@ mod tests {
         );
         assert_eq!(out[0]["event"], "sleep");
         assert_eq!(out[0]["awake_ms"], 2100);
-        let j = p.gpu_json(1);
+        let j = p.gpu_json(1, None);
         assert_eq!(j["wakes"], Value::Null, "no programs: the count is unknown");
         assert_eq!(j["last_wake"]["awake_ms"], 2100);
         assert_eq!(
@@ -763,6 +793,36 @@ mod tests {
             .iter()
             .all(|v| v["event"] != "wake"));
         assert_eq!(p.gpus[&1].wakes, 2);
+    }
+
+    #[test]
+    fn plain_users_see_only_their_own_wakers() {
+        let mut p = power_with_gpu();
+        p.apply(
+            &ev(
+                "0000:01:00.0",
+                Role::Gpu,
+                RPM_ACTIVE,
+                1_000_000_000,
+                Some(lspci()),
+            ),
+            100.0,
+        );
+        let own = p.gpu_json(1, Some(1000));
+        assert_eq!(own["last_wake"]["comm"], "lspci");
+        let other = p.gpu_json(1, Some(1001));
+        assert_eq!(other["last_wake"]["comm"], Value::Null);
+        assert_eq!(other["last_wake"]["pid"], Value::Null);
+        assert_eq!(other["last_wake"]["file"], Value::Null);
+        assert_eq!(other["last_wake"]["op"], "read", "what was done stays");
+        assert_eq!(
+            other["top_wakers"][0],
+            json!({"comm": null, "uid": null, "wakes": 1})
+        );
+        let mut k = serde_json::to_value(&p.history[0]).unwrap();
+        k["kworker"] = json!(true);
+        redact_wake(&mut k, Some(1001));
+        assert_eq!(k["comm"], "lspci", "kernel threads are nobody's secret");
     }
 
     #[test]
