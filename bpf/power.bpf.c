@@ -78,7 +78,18 @@ struct dentry___p {
 	struct qstr___p d_name;
 } __attribute__((preserve_access_index));
 
+struct vfsmount___p {
+	struct dentry___p *mnt_root;
+} __attribute__((preserve_access_index));
+
+/* fs/mount.h: a vfsmount is embedded in its struct mount. */
+struct mount___p {
+	struct dentry___p *mnt_mountpoint;
+	struct vfsmount___p mnt;
+} __attribute__((preserve_access_index));
+
 struct path___p {
+	struct vfsmount___p *mnt;
 	struct dentry___p *dentry;
 } __attribute__((preserve_access_index));
 
@@ -170,6 +181,7 @@ static __always_inline void note_waker(struct pm_dev *d, int rpmflags, __u64 now
 	w->what[0] = 0;
 	for (int i = 0; i < GPUCTL_PM_PATH_PARTS; i++)
 		w->path[i][0] = 0;
+	w->mnt[0] = 0;
 	bpf_probe_read_kernel_str(w->comm, sizeof(w->comm), task->comm);
 	if (task->flags & PF_KTHREAD) {
 		w->flags |= GPUCTL_WAKER_KTHREAD;

@@ -63,6 +63,8 @@ struct pm_waker {
 	char what[GPUCTL_PM_WHAT];
 	/* The fd's file, then its parent directories' names (sysfs: config, 0000:01:00.0). */
 	char path[GPUCTL_PM_PATH_PARTS][GPUCTL_PM_PART];
+	/* When `path` reached its file system's root: the name of the mount point (`dev`). */
+	char mnt[GPUCTL_PM_PART];
 };
 
 /* Value of `pm_devs`. The daemon writes gpu/role/status; the programs keep the rest. */
@@ -93,7 +95,7 @@ struct pm_event {
 };
 
 /* src/bpf_power.rs parses events at these sizes. */
-_Static_assert(sizeof(struct pm_waker) == 240, "pm_waker layout");
-_Static_assert(sizeof(struct pm_event) == 280, "pm_event layout");
+_Static_assert(sizeof(struct pm_waker) == 272, "pm_waker layout");
+_Static_assert(sizeof(struct pm_event) == 312, "pm_event layout");
 
 #endif /* GPUCTL_POWER_H */

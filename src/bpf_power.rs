@@ -33,7 +33,9 @@ const PATH_PARTS: usize = 4;
 const PART: usize = 32;
 const WHAT: usize = 64;
 /// `struct pm_waker` / `struct pm_event` / `struct pm_dev` sizes (checked in tests).
-const WAKER_SIZE: usize = 48 + WHAT + PATH_PARTS * PART;
+const WAKER_SIZE: usize = 48 + WHAT + PATH_PARTS * PART + PART;
+/// Offset of `pm_waker.mnt`.
+const MNT_AT: usize = 48 + WHAT + PATH_PARTS * PART;
 const EVENT_SIZE: usize = 24 + NAME + WAKER_SIZE;
 const DEV_SIZE: usize = 24 + WAKER_SIZE;
 
@@ -96,6 +98,8 @@ pub struct Waker {
     pub opened: Option<String>,
     /// The file behind the syscall's fd: names leaf first (`config`, `0000:01:00.0`, …).
     pub fd_path: Vec<String>,
+    /// Where the file's file system is mounted (`dev`), when `fd_path` reached its root.
+    pub mnt: Option<String>,
 }
 
 /// One settled runtime-PM transition of a watched device (`struct pm_event`).
@@ -149,6 +153,7 @@ impl Waker {
             syscall: u32::try_from(syscall).ok(),
             comm: cstr(&b[32..48]),
             opened: (flags & OPEN != 0).then(|| cstr(&b[48..48 + WHAT])),
+            mnt: Some(cstr(&b[MNT_AT..MNT_AT + PART])).filter(|m| !m.is_empty()),
             fd_path,
         })
     }
@@ -370,7 +375,7 @@ mod tests {
         use std::mem::size_of;
         assert_eq!(size_of::<skel::types::pm_waker>(), WAKER_SIZE);
         // pm_event's size is a _Static_assert in bpf/power.h.
-        assert_eq!(EVENT_SIZE, 280);
+        assert_eq!(EVENT_SIZE, 312);
         assert_eq!(size_of::<skel::types::pm_dev>(), DEV_SIZE);
         assert_eq!(size_of::<skel::types::pm_key>(), NAME);
     }
@@ -414,6 +419,7 @@ mod tests {
         );
         assert_eq!(w.fd_path, vec!["config", "0000:01:00.0"]);
         assert!(!w.kthread && w.opened.is_none());
+        assert_eq!(w.mnt, None);
         let b = event_bytes(RPM_SUSPENDED, None);
         assert!(PmEvent::parse(&b).unwrap().waker.is_none());
         assert!(PmEvent::parse(&b[..40]).is_none());
@@ -506,6 +512,8 @@ mod tests {
             &["config".to_string(), dev.clone()],
             "{w:?}"
         );
+        // sysfs is deeper than the four names kept: its root (and mount) not reached.
+        assert_eq!(w.mnt, None, "{w:?}");
         assert!(!w.kthread);
         // No device became active: no wake counted. (The first settled
         // status seen of a device whose status was unknown is reported.)

@@ -130,11 +130,13 @@ fn op_of(syscall: Option<u32>) -> Option<&'static str> {
     })
 }
 
-/// A path from the names the kernel gave, leaf first: a PCI function's
-/// attribute becomes `/sys/bus/pci/devices/<pci>/<attr>`; a DRM node
-/// `/dev/dri/<node>` (devtmpfs' root is not `/dev` in the dentry tree).
-pub fn file_from_parts(parts: &[String]) -> Option<String> {
-    let leaf = parts.first()?;
+/// A path from the names the kernel gave, leaf first, and the mount point
+/// of their file system when the walk reached its root: a PCI function's
+/// attribute becomes `/sys/bus/pci/devices/<pci>/<attr>`; `card1`, `dri`,
+/// `/` mounted on `dev` becomes `/dev/dri/card1`; a walk that stopped short
+/// of the root keeps `...` in front.
+pub fn file_from_parts(parts: &[String], mnt: Option<&str>) -> Option<String> {
+    parts.first()?;
     if let Some(i) = parts.iter().position(|p| p.parse::<PciAddr>().is_ok()) {
         if i > 0 {
             let rest: Vec<&str> = parts[..i].iter().rev().map(String::as_str).collect();
@@ -145,16 +147,14 @@ pub fn file_from_parts(parts: &[String]) -> Option<String> {
             ));
         }
     }
-    if parts.get(1).map(String::as_str) == Some("dri") {
-        return Some(format!("/dev/dri/{leaf}"));
-    }
-    if parts.get(1).map(String::as_str) == Some("/") {
-        return Some(format!("/dev/{leaf}"));
-    }
     let mut rev: Vec<&str> = parts.iter().rev().map(String::as_str).collect();
     if rev.first() == Some(&"/") {
         rev.remove(0);
-        return Some(format!("/{}", rev.join("/")));
+        let at = match mnt {
+            Some(m) if m != "/" => format!("/{m}"),
+            _ => String::new(),
+        };
+        return Some(format!("{at}/{}", rev.join("/")));
     }
     Some(format!(".../{}", rev.join("/")))
 }
@@ -167,7 +167,7 @@ impl Wake {
             w.opened
                 .clone()
                 .filter(|s| !s.is_empty())
-                .or_else(|| file_from_parts(&w.fd_path))
+                .or_else(|| file_from_parts(&w.fd_path, w.mnt.as_deref()))
         });
         let what = match (&op, &file) {
             (Some(o), Some(f)) => Some(format!("{o} {f}")),
@@ -681,6 +681,7 @@ mod tests {
                 "0000:01:00.0".into(),
                 "0000:00:01.0".into(),
             ],
+            mnt: None,
         }
     }
 
@@ -866,22 +867,30 @@ mod tests {
     fn files_from_kernel_names() {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         assert_eq!(
-            file_from_parts(&v(&["control", "power", "0000:01:00.0", "0000:00:01.0"])).unwrap(),
+            file_from_parts(
+                &v(&["control", "power", "0000:01:00.0", "0000:00:01.0"]),
+                None
+            )
+            .unwrap(),
             "/sys/bus/pci/devices/0000:01:00.0/power/control"
         );
         assert_eq!(
-            file_from_parts(&v(&["card1", "dri", "/"])).unwrap(),
+            file_from_parts(&v(&["card1", "dri", "/"]), Some("dev")).unwrap(),
             "/dev/dri/card1"
         );
         assert_eq!(
-            file_from_parts(&v(&["nvidia0", "/"])).unwrap(),
+            file_from_parts(&v(&["nvidia0", "/"]), Some("dev")).unwrap(),
             "/dev/nvidia0"
         );
         assert_eq!(
-            file_from_parts(&v(&["a", "b", "c", "d"])).unwrap(),
+            file_from_parts(&v(&["x", "tmp", "/"]), Some("/")).unwrap(),
+            "/tmp/x"
+        );
+        assert_eq!(
+            file_from_parts(&v(&["a", "b", "c", "d"]), None).unwrap(),
             ".../d/c/b/a"
         );
-        assert_eq!(file_from_parts(&[]), None);
+        assert_eq!(file_from_parts(&[], None), None);
     }
 
     #[test]
