@@ -159,3 +159,41 @@ fn list_says_when_a_gpu_cannot_sleep() {
     let text = String::from_utf8_lossy(&run(false).stdout).into_owned();
     assert!(!text.contains("can sleep"), "{text}");
 }
+
+#[test]
+fn a_bridge_without_runtime_pm_blocks_d3cold_only_without_a_gpu_power_resource() {
+    let m = machine("intel_nvidia");
+    m.write_sys("bus/pci/devices/0000:00:01.0/power/control", "on\n");
+    let sleep = |m: &Machine| {
+        let out = Command::new(BIN)
+            .env("GPUCTL_SOCKET", m.root().join("no-daemon.sock"))
+            .env("GPUCTL_SYSFS_ROOT", m.sysfs())
+            .env("GPUCTL_PROCFS_ROOT", m.procfs())
+            .args(["list", "--json"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["gpus"][1]["sleep"].clone()
+    };
+    let s = sleep(&m);
+    assert_eq!(
+        (s["can_sleep"].clone(), s["d3cold"].clone()),
+        (true.into(), false.into()),
+        "{s:#}"
+    );
+    assert!(
+        s["blockers"][0]["problem"]
+            .as_str()
+            .unwrap()
+            .starts_with("the bridge above it (0000:00:01.0) has runtime PM off"),
+        "{s:#}"
+    );
+    // The GPU has its own power resource (_PR3): it powers off without the bridge.
+    let pr3 = m
+        .sysfs()
+        .join(format!("{DGPU}/firmware_node/power_resources_D3hot"));
+    std::fs::create_dir_all(pr3).unwrap();
+    let s = sleep(&m);
+    assert_eq!(s["d3cold"], true, "{s:#}");
+    assert_eq!(s["blockers"], serde_json::json!([]), "{s:#}");
+}
