@@ -197,3 +197,42 @@ fn a_bridge_without_runtime_pm_blocks_d3cold_only_without_a_gpu_power_resource()
     assert_eq!(s["d3cold"], true, "{s:#}");
     assert_eq!(s["blockers"], serde_json::json!([]), "{s:#}");
 }
+
+#[test]
+fn the_audio_function_keeping_the_slot_up_is_named_with_its_fix() {
+    let m = machine("intel_nvidia");
+    let list = |m: &Machine| {
+        let out = Command::new(BIN)
+            .env("GPUCTL_SOCKET", m.root().join("no-daemon.sock"))
+            .env("GPUCTL_SYSFS_ROOT", m.sysfs())
+            .env("GPUCTL_PROCFS_ROOT", m.procfs())
+            .arg("list")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    m.write_sys("bus/pci/devices/0000:01:00.1/power/control", "on\n");
+    let text = list(&m);
+    assert!(
+        text.contains(
+            "GPU 1 can sleep: D3hot only: its audio function 0000:01:00.1 has runtime PM off"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("fix: echo auto > /sys/bus/pci/devices/0000:01:00.1/power/control"),
+        "{text}"
+    );
+    // Runtime PM on, but the HDA driver never lets it power down.
+    m.write_sys("bus/pci/devices/0000:01:00.1/power/control", "auto\n");
+    std::fs::create_dir_all(m.sysfs().join("module/snd_hda_intel/parameters")).unwrap();
+    m.write_sys("module/snd_hda_intel/parameters/power_save", "0\n");
+    let text = list(&m);
+    assert!(
+        text.contains("never powers down (snd_hda_intel power_save = 0)")
+            && text.contains("fix: echo 1 > /sys/module/snd_hda_intel/parameters/power_save"),
+        "{text}"
+    );
+    m.write_sys("module/snd_hda_intel/parameters/power_save", "1\n");
+    assert!(!list(&m).contains("can sleep"));
+}
