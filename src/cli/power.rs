@@ -208,10 +208,13 @@ pub fn list_notes(d: &Value) -> String {
 
 /// One line of `gpuctl events` for the power kinds (`wake`, `sleep`, `power`).
 pub fn event_line(v: &Value) -> String {
-    let at = v["ts"].as_f64().map(clock).unwrap_or_default();
+    let at = v["ts"]
+        .as_f64()
+        .map(|t| format!("{} ", clock(t)))
+        .unwrap_or_default();
     match v["event"].as_str() {
         Some("wake") => format!(
-            "{at} wake   GPU {} {} ({}): {}{}",
+            "{at}wake   GPU {} {} ({}): {}{}",
             s(&v["gpu"]),
             s(&v["device"]),
             s(&v["role"]),
@@ -222,7 +225,7 @@ pub fn event_line(v: &Value) -> String {
                 .unwrap_or_default()
         ),
         Some("sleep") => format!(
-            "{at} sleep  GPU {} {}: {}{}",
+            "{at}sleep  GPU {} {}: {}{}",
             s(&v["gpu"]),
             s(&v["pci"]),
             s(&v["power_state"]),
@@ -271,6 +274,27 @@ mod tests {
             "{out}"
         );
         assert!(!out.contains("GPU 0"), "{out}");
+    }
+
+    #[test]
+    fn event_lines() {
+        let wake = json!({"event": "wake", "gpu": 1, "device": "0000:01:00.0", "role": "gpu",
+            "comm": "lspci", "tgid": 194, "uid": 0, "kworker": false, "op": "read",
+            "file": "/sys/bus/pci/devices/0000:01:00.0/config",
+            "what": "read /sys/bus/pci/devices/0000:01:00.0/config"});
+        assert!(event_line(&wake).ends_with(
+            "wake   GPU 1 0000:01:00.0 (gpu): lspci (pid 194, uid 0) read config \
+             [read /sys/bus/pci/devices/0000:01:00.0/config]"
+        ));
+        let sleep = json!({"event": "sleep", "gpu": 1, "pci": "0000:01:00.0", "awake_ms": 27,
+            "power_state": "D3cold"});
+        assert_eq!(
+            event_line(&sleep),
+            "sleep  GPU 1 0000:01:00.0: D3cold after 27 ms awake"
+        );
+        let power = json!({"event": "power", "gpu": 1, "pci": "0000:01:00.0",
+            "power_state": "D0", "runtime_status": "active"});
+        assert_eq!(event_line(&power), "power  GPU 1 0000:01:00.0: D0 (active)");
     }
 
     #[test]
