@@ -207,6 +207,11 @@ enum AppCmd {
         gpu: Option<String>,
     },
     /// Never grant an executable, even when launched with DRI_PRIME.
+    ///
+    /// A convenience, not a security boundary: it matches the file the
+    /// kernel execs, so the program started through the dynamic loader
+    /// (`ld.so PROG`) or a copy of the binary is not matched. Use integrated
+    /// mode to keep every program off the dGPU.
     Deny { path: PathBuf },
     /// Remove an executable's rule.
     Forget { path: PathBuf },

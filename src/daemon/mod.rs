@@ -595,7 +595,9 @@ impl Daemon {
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
             },
         };
-        if req.is_change() {
+        // Refusals of unprivileged requests are not logged: anyone could
+        // flood the journal with them.
+        if req.is_change() && conn.privileged {
             if let Some(p) = peer {
                 log!(
                     "{:?} from pid {} uid {} ({}): {} in {:?}",

@@ -507,4 +507,40 @@ mod tests {
         c.outbuf.extend_from_slice(b"x");
         assert_eq!(c.poll_flags(), PollFlags::POLLOUT);
     }
+
+    #[test]
+    fn pings_do_not_keep_a_connection_past_its_lifetime() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let now = Instant::now();
+        let mut server = Server {
+            listener: UnixListener::bind(
+                std::env::temp_dir().join(format!("gpuctl-srv-{}.sock", std::process::id())),
+            )
+            .unwrap(),
+            path: PathBuf::from("/nonexistent/gpuctl-test.sock"),
+            conns: vec![Conn::new(a, false, None, now)],
+        };
+        let _ = std::fs::remove_file(
+            std::env::temp_dir().join(format!("gpuctl-srv-{}.sock", std::process::id())),
+        );
+        // A request every few seconds keeps the request deadline fresh…
+        let mut t = now;
+        while t + Duration::from_secs(3) < now + MAX_LIFETIME {
+            t += Duration::from_secs(3);
+            server.conns[0].deadline = t + CLIENT_DEADLINE;
+            server.reap(t);
+            assert_eq!(server.conns.len(), 1);
+        }
+        // …but not past the lifetime.
+        t = now + MAX_LIFETIME;
+        server.conns[0].deadline = t + CLIENT_DEADLINE;
+        server.reap(t);
+        assert!(server.conns.is_empty());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(&mut b), &mut line).unwrap();
+        assert!(
+            line.contains("\"timeout\"") && line.contains("60 s"),
+            "{line}"
+        );
+    }
 }
