@@ -195,7 +195,8 @@ pub fn verdict(sysfs: &Path, procfs: &Path, gpu: &PciFunction, all: &[PciFunctio
         no(
             Effect::NoD3cold,
             "the firmware gives it no power resource (_PR3 on the GPU or its bridge): it can \
-             reach D3hot, not D3cold"
+             reach D3hot, not D3cold (unless its driver cuts power another way, e.g. AMD's \
+             older ATPX)"
                 .into(),
             "none from Linux: a firmware (BIOS) setting or update (e.g. hybrid/Optimus mode)"
                 .into(),
