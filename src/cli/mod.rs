@@ -68,6 +68,9 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
+        Cmd::Auto { action, json } => {
+            call(&cli.socket, &Request::Auto { action }, json, table::auto)
+        }
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
         Cmd::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -103,14 +106,20 @@ fn run_cmd(
         gpu: gpu.clone(),
         only,
     };
-    let target: gpu::Gpu = match client::request(socket, &req) {
+    let env: Vec<(String, String)> = match client::request(socket, &req) {
         Ok(resp) if resp.ok => {
-            match resp
-                .data
-                .and_then(|d| serde_json::from_value(d["gpu"].clone()).ok())
-            {
-                Some(g) => g,
-                None => {
+            let data = resp.data.unwrap_or_default();
+            let target: Option<gpu::Gpu> = serde_json::from_value(data["gpu"].clone()).ok();
+            match (target, data["env"].as_object()) {
+                // The daemon knows every GPU (the NVIDIA provider needs them).
+                (Some(_), Some(env)) => env
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect(),
+                (Some(g), None) => owned(g.offload_env(&gpu::Inventory {
+                    gpus: vec![g.clone()],
+                })),
+                (None, _) => {
                     eprintln!("gpuctl: the daemon's answer names no GPU");
                     return exit::ERROR;
                 }
@@ -124,7 +133,7 @@ fn run_cmd(
                 Err(code) => return code,
             };
             match inv.run_target(gpu.as_deref()) {
-                Ok(g) => g.clone(),
+                Ok(g) => owned(g.offload_env(&inv)),
                 Err(e) => {
                     eprintln!("gpuctl: {e}");
                     return exit::USAGE;
@@ -135,7 +144,7 @@ fn run_cmd(
     };
     let err = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .envs(target.offload_env())
+        .envs(env)
         .exec();
     eprintln!("gpuctl: cannot run {}: {err}", command[0]);
     if err.kind() == std::io::ErrorKind::NotFound {
@@ -143,6 +152,10 @@ fn run_cmd(
     } else {
         126
     }
+}
+
+fn owned(env: Vec<(&'static str, String)>) -> Vec<(String, String)> {
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
