@@ -74,6 +74,7 @@ test-unit:
 test-vm: static
 	tests/vm/guest-tests.sh $(STATIC_BIN)
 	tests/vm/auto-tests.sh $(STATIC_BIN)
+	tests/vm/power-tests.sh $(STATIC_BIN)
 
 lint:
 	$(CARGO) fmt --check

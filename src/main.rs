@@ -5,6 +5,7 @@
 
 mod automation;
 mod bpf;
+mod bpf_power;
 mod cli;
 mod client;
 mod daemon;
@@ -194,8 +195,17 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
+    /// Stream events as they happen: denied opens, mode changes, and the
+    /// offload GPUs' wakes (with who woke them), sleeps and power-state changes.
     Events {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recent wakes of the offload GPUs: who woke each, what they touched,
+    /// how long it stayed awake; top wakers and time asleep.
+    Wakes {
+        /// GPU id or PCI address (default: every offload GPU).
+        gpu: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -320,6 +320,7 @@ mod tests {
             power_state: None,
             runtime_status: None,
             displays: Vec::new(),
+            sleep: Default::default(),
             functions: Vec::new(),
             wake_files: Vec::new(),
             enum_files: Vec::new(),

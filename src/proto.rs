@@ -53,8 +53,13 @@ pub enum Request {
         #[serde(default)]
         gpu: Option<String>,
     },
-    /// Turn this connection into a stream of denial events.
+    /// Turn this connection into a stream of events (denied, wake, sleep, power).
     Events {},
+    /// Recent wakes of the offload GPUs (one GPU, or all), and their residency.
+    Wakes {
+        #[serde(default)]
+        gpu: Option<String>,
+    },
     /// Automatic modes: turn on, off, or report (`None`: report).
     Auto {
         #[serde(default)]

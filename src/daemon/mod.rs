@@ -5,6 +5,7 @@
 mod auth;
 pub mod config;
 mod notify;
+mod power;
 mod server;
 mod session;
 pub mod state;
@@ -107,6 +108,8 @@ struct Daemon {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// Runtime-PM transitions, wake attribution and residency (power.rs).
+    power: power::Power,
     /// Automatic modes (power source, external displays).
     auto: auto::Auto,
     /// When grants were last checked against live processes.
@@ -143,7 +146,12 @@ pub fn run(opts: Options) -> Result<()> {
     }
     let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
     let enforcer = load_backend(&opts, &config).map_err(|e| e.context(Unsupported))?;
+    let power = power::Power::new(&opts.roots.sysfs);
+    if let Some(e) = power.error() {
+        log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
+    }
     let mut d = Daemon {
+        power,
         roots: opts.roots,
         state_path,
         config_path: opts.config.clone(),
@@ -176,6 +184,7 @@ pub fn run(opts: Options) -> Result<()> {
         },
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
+    d.sync_power();
     d.load_apps();
     // The automatic rules pick the mode from the power source now.
     d.auto_sync();
@@ -271,6 +280,15 @@ fn describe_blocked(plan: &Plan) -> String {
     }
 }
 
+/// Who sees other users' processes in power reports (power.rs).
+fn viewer(c: &Conn) -> power::Viewer {
+    if c.privileged {
+        None
+    } else {
+        Some(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
+    }
+}
+
 fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()> {
     let mut watchdog = Watchdog::from_env();
     loop {
@@ -321,6 +339,10 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         if let Some(fd) = events_fd {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
+        let power_at = fds.len();
+        if let Some(fd) = d.power.fd() {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         let first_conn = fds.len();
         fds.extend(server.conns.iter().map(|c| c.poll_fd()));
         match poll(&mut fds, timeout) {
@@ -361,7 +383,16 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
             d.auto.on_clock(now);
         }
         d.auto_tick(Instant::now());
-        if first_conn > events_at && !revents[events_at].is_empty() {
+        if first_conn > power_at && !revents[power_at].is_empty() {
+            for line in d.power.on_ready() {
+                server.broadcast(&|c: &Conn| {
+                    let mut v = line.clone();
+                    power::redact_wake(&mut v, viewer(c));
+                    Some(v)
+                });
+            }
+        }
+        if power_at > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 // Other users' pids and command names only to root and the
                 // group; a plain user sees their own, and the count.
@@ -405,6 +436,7 @@ impl Daemon {
                 // Power state changes land here too; say something only
                 // when what is blocked changed.
                 self.inventory = inv;
+                self.sync_power();
                 let before = self.plan.clone();
                 match self.reapply() {
                     Ok(()) if self.plan != before => log!(
@@ -577,7 +609,7 @@ impl Daemon {
                 "pid": std::process::id(),
                 "version": env!("CARGO_PKG_VERSION"),
             })),
-            Request::List {} => Response::ok(self.list_json()),
+            Request::List {} => Response::ok(self.list_json(viewer(conn))),
             Request::Get {} => Response::ok(self.mode_json()),
             Request::Status {} => self.status(conn),
             Request::Who { gpu } => self.who(gpu.as_deref(), conn),
@@ -597,6 +629,15 @@ impl Daemon {
                 self.app(*action, path.as_deref(), gpu.as_deref())
             }
             Request::Config { key, value } => self.config_req(key.as_deref(), value.as_deref()),
+            Request::Wakes { gpu } => {
+                match self
+                    .power
+                    .wakes_json(&self.inventory, gpu.as_deref(), viewer(conn))
+                {
+                    Ok(v) => Response::ok(v),
+                    Err(e) => Response::err(Code::UnknownGpu, e),
+                }
+            }
             Request::Auto { action } => self.auto_request(*action),
             Request::Events {} => match self.enforcer.set_events(true) {
                 Ok(()) => Response::ok(json!({ "subscribed": true })),
@@ -813,13 +854,26 @@ impl Daemon {
         gpus
     }
 
-    fn list_json(&self) -> Value {
+    fn list_json(&mut self, viewer: power::Viewer) -> Value {
+        let mut gpus: Vec<Value> = self
+            .gpus_with_blocked()
+            .iter()
+            .filter_map(|g| serde_json::to_value(g).ok())
+            .collect();
+        self.power.annotate(&mut gpus, viewer);
         json!({
             "schema": 1,
             "mode": self.choice.mode,
             "backend": self.enforcer.backend(),
-            "gpus": self.gpus_with_blocked(),
+            "gpus": gpus,
         })
+    }
+
+    /// Watches the offload GPUs' runtime PM (power.rs); never fatal.
+    fn sync_power(&mut self) {
+        if let Err(e) = self.power.sync(&self.inventory) {
+            log!("watching the GPUs' runtime PM failed: {e}");
+        }
     }
 
     fn status(&mut self, conn: &Conn) -> Response {
@@ -829,7 +883,7 @@ impl Daemon {
             Ok(d) => d,
             Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
         };
-        let gpus: Vec<Value> = self
+        let mut gpus: Vec<Value> = self
             .gpus_with_blocked()
             .into_iter()
             .map(|g| {
@@ -845,6 +899,7 @@ impl Daemon {
                 })
             })
             .collect();
+        self.power.annotate(&mut gpus, viewer(conn));
         Response::ok(json!({
             "schema": 1,
             "daemon": {
@@ -875,6 +930,7 @@ impl Daemon {
                 .map(|(d, _)| *d)
                 .collect::<Vec<_>>(),
             "gpus": gpus,
+            "power_monitor": self.power.status_json(),
         }))
     }
 
