@@ -22,7 +22,9 @@ STATIC_BIN := target/$(TARGET)/release/gpuctl
 CLANG_FORMAT ?= clang-format
 
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
-	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev
+	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev \
+	bubblewrap libdrm-dev \
+	acpica-tools
 
 .PHONY: all deps build static test test-install test-unit test-vm lint fmt demo bench bench-vm-lsm install uninstall clean
 
@@ -71,6 +73,8 @@ test-unit:
 
 test-vm: static
 	tests/vm/guest-tests.sh $(STATIC_BIN)
+	tests/vm/auto-tests.sh $(STATIC_BIN)
+	tests/vm/power-tests.sh $(STATIC_BIN)
 
 lint:
 	$(CARGO) fmt --check

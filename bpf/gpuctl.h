@@ -21,6 +21,10 @@
 #define GPUCTL_ENV_STR_MAX 4096
 /* Most environment strings the exec scan looks at. */
 #define GPUCTL_ENV_MAX_STRINGS 512
+/* Longest accepted environment string (NAME=value), NUL included. */
+#define GPUCTL_ENV_KEY_LEN 96
+/* Accepted environment strings (the daemon derives them from its inventory). */
+#define GPUCTL_MAX_ENV_KEYS 1024
 /* Denial events per CPU per second, at most. */
 #define GPUCTL_EVENTS_PER_SEC 64
 
@@ -99,6 +103,11 @@ struct app_rule {
 	__u32 gpus;
 	/* 1: grant at exec; 0: never grant (and drop an inherited grant). */
 	__u32 allow;
+};
+
+/* Key of `env_grants`: one environment string, zero-padded. Value: GPU mask. */
+struct env_key {
+	char s[GPUCTL_ENV_KEY_LEN];
 };
 
 /* A denied open, for `gpuctl events`. */

@@ -33,6 +33,8 @@ use skel::{GpuctlSkel, GpuctlSkelBuilder, OpenGpuctlSkel};
 
 /// Mirrors `GPUCTL_MAX_GPUS` in `bpf/gpuctl.h`.
 pub const MAX_GPUS: u32 = 32;
+/// `GPUCTL_ENV_KEY_LEN`.
+const ENV_KEY_LEN: usize = crate::envgrant::KEY_LEN;
 const SMART_ENV: u32 = 1;
 const EVENTS_ON: u32 = 2;
 
@@ -40,7 +42,8 @@ const EVENTS_ON: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// `lsm/file_open` + `lsm/inode_getattr`: the node looks absent (ENOENT).
+    /// `lsm/file_open`: the node is present (stat, access, bind mounts
+    /// work) and cannot be opened (EPERM), like the cgroup backend's.
     Lsm,
     /// `cgroup/dev` on the cgroup-v2 root: opens fail with EPERM.
     Cgroup,
@@ -58,8 +61,10 @@ impl Backend {
     pub fn limits(self) -> &'static str {
         match self {
             Backend::Lsm => {
-                "blocked nodes look absent (ENOENT, and stat agrees); the blocked GPU's sysfs \
-                 config, resourceN and rom files are denied too, so lspci cannot wake it"
+                "blocked nodes are present but cannot be opened (EPERM; stat, access and \
+                 bind mounts still see them, so Flatpak and bwrap start); the blocked GPU's \
+                 sysfs config, resourceN and rom files, its audio/USB functions' included, \
+                 are denied too, so lspci cannot wake it"
             }
             Backend::Cgroup => {
                 "blocks opens of the GPU's character devices (EPERM); sysfs files that wake \
@@ -197,7 +202,9 @@ pub struct Enforcer {
     /// Smart-mode fork/exec/exit links.
     smart_links: Vec<Link>,
     nodes: BTreeMap<DevNum, NodeRule>,
-    files: BTreeMap<FileId, u32>,
+    files: BTreeMap<FileId, NodeRule>,
+    /// What the `env_grants` map holds (accepted string → GPU mask).
+    env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
 }
 
@@ -222,6 +229,16 @@ pub fn file_key(f: FileId) -> [u8; 16] {
     k[..4].copy_from_slice(&dev.to_ne_bytes());
     k[8..].copy_from_slice(&f.ino.to_ne_bytes());
     k
+}
+
+/// `struct env_key`: the string, zero-padded to `GPUCTL_ENV_KEY_LEN`.
+fn env_key(s: &str) -> Result<[u8; ENV_KEY_LEN]> {
+    let mut k = [0u8; ENV_KEY_LEN];
+    if s.len() >= ENV_KEY_LEN || s.as_bytes().contains(&0) {
+        bail!("environment string {s:?} does not fit the kernel's key");
+    }
+    k[..s.len()].copy_from_slice(s.as_bytes());
+    Ok(k)
 }
 
 /// `struct grant`.
@@ -309,7 +326,6 @@ fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
         .context("sizing the grant map")?;
     let lsm = opts.backend == Backend::Lsm;
     open.progs.gpuctl_file_open.set_autoload(lsm);
-    open.progs.gpuctl_inode_getattr.set_autoload(lsm);
     open.progs.gpuctl_cgroup_dev.set_autoload(!lsm);
     Ok(open)
 }
@@ -351,6 +367,7 @@ impl Enforcer {
             smart_links: Vec::new(),
             nodes: BTreeMap::new(),
             files: BTreeMap::new(),
+            env: BTreeMap::new(),
             events: None,
         };
         if opts.backend == Backend::Lsm {
@@ -408,12 +425,7 @@ impl Enforcer {
                     .gpuctl_file_open
                     .attach_lsm()
                     .context("lsm/file_open")?;
-                let getattr = progs
-                    .gpuctl_inode_getattr
-                    .attach_lsm()
-                    .context("lsm/inode_getattr")?;
                 self.block_links.push(open);
-                self.block_links.push(getattr);
             }
         }
         Ok(())
@@ -476,17 +488,36 @@ impl Enforcer {
                     .context("unprotecting a sysfs file")?;
             }
             self.files.retain(|f, _| plan.files.contains_key(f));
+            // In smart mode a grant for the GPU also opens its files (a
+            // granted program may enumerate and use the GPU it was given).
+            let flags = if plan.smart {
+                crate::policy::RULE_GRANTABLE
+            } else {
+                0
+            };
             for (f, gpu) in &plan.files {
-                if self.files.get(f) == Some(gpu) {
+                let rule = NodeRule { gpu: *gpu, flags };
+                if self.files.get(f) == Some(&rule) {
                     continue;
                 }
-                let rule = NodeRule {
-                    gpu: *gpu,
-                    flags: 0,
-                };
                 fmap.update(&file_key(*f), &rule_bytes(rule), MapFlags::ANY)
                     .context("protecting a sysfs file")?;
-                self.files.insert(*f, *gpu);
+                self.files.insert(*f, rule);
+            }
+        }
+
+        // Environment grants: in the map before the exec hook can see them.
+        let emap = &self.skel.maps.env_grants;
+        for k in self.env.keys().filter(|k| !plan.env.contains_key(*k)) {
+            emap.delete(&env_key(k)?)
+                .with_context(|| format!("removing the environment grant {k:?}"))?;
+        }
+        self.env.retain(|k, _| plan.env.contains_key(k));
+        for (k, gpus) in &plan.env {
+            if self.env.get(k) != Some(gpus) {
+                emap.update(&env_key(k)?, &gpus.to_ne_bytes(), MapFlags::ANY)
+                    .with_context(|| format!("adding the environment grant {k:?}"))?;
+                self.env.insert(k.clone(), *gpus);
             }
         }
 
@@ -737,6 +768,9 @@ mod tests {
         );
         let r = NodeRule { gpu: 0, flags: 0 };
         assert_eq!(size_of::<skel::types::dev_rule>(), rule_bytes(r).len());
+        assert_eq!(size_of::<skel::types::env_key>(), ENV_KEY_LEN);
+        assert_eq!(&env_key("DRI_PRIME=1").unwrap()[..12], b"DRI_PRIME=1\0");
+        assert!(env_key(&"x".repeat(ENV_KEY_LEN)).is_err());
         let f = FileId {
             dev: DevNum::new(0, 22),
             ino: 1,

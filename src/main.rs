@@ -3,11 +3,14 @@
 //! One binary: `gpuctl daemon` runs the daemon; every other subcommand is a
 //! thin client of its socket (and `list` also works without it).
 
+mod automation;
 mod bpf;
+mod bpf_power;
 mod cli;
 mod client;
 mod daemon;
 mod desktop;
+mod envgrant;
 mod gpu;
 mod policy;
 mod procs;
@@ -147,7 +150,7 @@ enum Cmd {
     },
     /// Run a program on the offload GPU (smart mode grants it and its children).
     #[command(
-        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender"
+        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender\n\nWithout gpuctl run, smart mode grants a program exec'd with an offload request the GPU its loader will select: DRI_PRIME=1 (every offload GPU), DRI_PRIME=pci-DDDD_BB_DD_F[!] or vid:did[!] and MESA_VK_DEVICE_SELECT=vid:did[!] (that GPU; nothing when it is the default GPU), __NV_PRIME_RENDER_OFFLOAD=1 and __VK_LAYER_NV_optimus=NVIDIA_only (the NVIDIA offload GPUs), VK_ICD_FILENAMES/VK_DRIVER_FILES/VK_LOADER_DRIVERS_SELECT naming a Vulkan driver only offload GPUs use. Not seen: variables set after exec, Mesa's drirc device_id."
     )]
     Run {
         /// GPU id or PCI address (default: the offload GPU).
@@ -166,7 +169,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
     Config {
         key: Option<String>,
         value: Option<String>,
@@ -181,9 +184,21 @@ enum Cmd {
     Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
-    /// Stream what happens as it happens: denied opens ("what keeps trying to wake my
-    /// GPU?"), mode changes, GPUs blocked/unblocked, grants, and (where the daemon
-    /// watches power) wakes and power-state changes.
+    /// Automatic modes: on, off, or show why the current mode is in force.
+    #[command(
+        after_help = "Rules live in the config's [auto] table (gpuctl config auto.on_battery integrated).\n`gpuctl auto on` also ends a manual override; a manual `set` otherwise stands until the power source changes."
+    )]
+    Auto {
+        /// on | off | status (default: status)
+        #[arg(value_enum)]
+        action: Option<crate::proto::AutoAction>,
+        /// One JSON object for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stream events as they happen: denied opens, mode changes, GPUs blocked or
+    /// unblocked, grants, and the offload GPUs' wakes (with who woke them), sleeps
+    /// and power-state changes.
     Events {
         #[arg(long)]
         json: bool,
@@ -206,6 +221,14 @@ enum Cmd {
         #[arg(long, conflicts_with = "json")]
         waybar: bool,
         /// A JSON object per change (the default).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recent wakes of the offload GPUs: who woke each, what they touched,
+    /// how long it stayed awake; top wakers and time asleep.
+    Wakes {
+        /// GPU id or PCI address (default: every offload GPU).
+        gpu: Option<String>,
         #[arg(long)]
         json: bool,
     },

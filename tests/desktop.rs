@@ -346,7 +346,7 @@ fn watch_waybar_line_by_line() {
     assert_eq!(l["text"], "gpuctl: daemon not running");
     let _fake = FakeDaemon::start(&socket, laptop_status("hybrid", false, ("D3cold", "suspended")));
     let l = next(&rx);
-    assert_eq!(l["text"], "hybrid · dGPU asleep");
+    assert_eq!(l["text"], "hybrid · dGPU asleep", "{l}");
     assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "a line without a change");
 }
 

@@ -166,6 +166,20 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
     let refusal = n.iter().find(|x| x.summary == "gpuctl: blocking GPU 1 not done").unwrap();
     assert!(refusal.body.contains("refused") && refusal.body.contains("display"), "{refusal:?}");
     assert_eq!(r.env.open_errno(226, 0), ENXIO);
+
+    // Automation on/off from the menu (the daemon's `auto` request).
+    let on = r.env.json(&["auto"])["enabled"].as_bool().unwrap();
+    let (_, entries) = menu_entries(&r.menu);
+    let auto = find(&entries, "Automatic modes");
+    assert_eq!((auto.toggle, auto.enabled), (Some(i32::from(on)), true));
+    click(&r.menu, auto.id);
+    wait_for("automation to flip", 10, || {
+        (r.env.json(&["auto"])["enabled"].as_bool() == Some(!on)).then_some(())
+    });
+    wait_for("the menu to follow", 10, || {
+        let (_, e) = menu_entries(&r.menu);
+        (find(&e, "Automatic modes").toggle == Some(i32::from(!on))).then_some(())
+    });
 }
 
 #[test]

@@ -2,6 +2,7 @@
 //! `--json` for scripts). Each returns the process exit status.
 
 mod doctor;
+mod power;
 mod table;
 
 use serde_json::{json, Value};
@@ -59,11 +60,17 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::Unblock { gpu } => call(&cli.socket, &Request::Unblock { gpu }, false, |d| {
             format!("mode manual; {}", blocked(d))
         }),
-        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, table::status),
+        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, |d| {
+            format!("{}{}", table::status(d), power::status_lines(d))
+        }),
+        Cmd::Wakes { gpu, json } => call(&cli.socket, &Request::Wakes { gpu }, json, power::wakes),
         Cmd::Who { gpu, json } => who(&cli.socket, &roots, gpu, json),
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
+        Cmd::Auto { action, json } => {
+            call(&cli.socket, &Request::Auto { action }, json, table::auto)
+        }
         Cmd::Tray => crate::desktop::tray::run(&cli.socket),
         Cmd::Watch { waybar, json: _ } => crate::desktop::watch::run(
             &cli.socket,
@@ -108,14 +115,20 @@ fn run_cmd(
         gpu: gpu.clone(),
         only,
     };
-    let target: gpu::Gpu = match client::request(socket, &req) {
+    let env: Vec<(String, String)> = match client::request(socket, &req) {
         Ok(resp) if resp.ok => {
-            match resp
-                .data
-                .and_then(|d| serde_json::from_value(d["gpu"].clone()).ok())
-            {
-                Some(g) => g,
-                None => {
+            let data = resp.data.unwrap_or_default();
+            let target: Option<gpu::Gpu> = serde_json::from_value(data["gpu"].clone()).ok();
+            match (target, data["env"].as_object()) {
+                // The daemon knows every GPU (the NVIDIA provider needs them).
+                (Some(_), Some(env)) => env
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect(),
+                (Some(g), None) => owned(g.offload_env(&gpu::Inventory {
+                    gpus: vec![g.clone()],
+                })),
+                (None, _) => {
                     eprintln!("gpuctl: the daemon's answer names no GPU");
                     return exit::ERROR;
                 }
@@ -129,7 +142,7 @@ fn run_cmd(
                 Err(code) => return code,
             };
             match inv.run_target(gpu.as_deref()) {
-                Ok(g) => g.clone(),
+                Ok(g) => owned(g.offload_env(&inv)),
                 Err(e) => {
                     eprintln!("gpuctl: {e}");
                     return exit::USAGE;
@@ -140,7 +153,7 @@ fn run_cmd(
     };
     let err = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .envs(target.offload_env())
+        .envs(env)
         .exec();
     eprintln!("gpuctl: cannot run {}: {err}", command[0]);
     if err.kind() == std::io::ErrorKind::NotFound {
@@ -148,6 +161,10 @@ fn run_cmd(
     } else {
         126
     }
+}
+
+fn owned(env: Vec<(&'static str, String)>) -> Vec<(String, String)> {
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
@@ -260,8 +277,10 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
         }
         if json {
             println!("{v}");
-        } else {
+        } else if v["event"] == "denied" {
             println!("{}", table::event(v));
+        } else {
+            println!("{}", power::event_line(v));
         }
         Ok(())
     });
@@ -378,6 +397,7 @@ fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
         print_json(&data);
     } else {
         print!("{}", table::list(&data));
+        print!("{}", power::list_notes(&data));
     }
     exit::OK
 }

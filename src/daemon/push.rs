@@ -1,10 +1,11 @@
-//! Daemon → client push of what a user sees (`gpuctl events`): a GPU's
-//! blocked state (from any cause: a mode change, manual blocks, automation,
-//! a display plugged in, a hot-plugged GPU), the mode, and `gpuctl run`
-//! grants. Blocked/mode events come from comparing what was last announced
-//! with what is in force, once per loop turn that did something, so every
-//! cause is covered by one call and nothing is announced twice. It costs a
-//! comparison of a few small sets per turn and no system call.
+//! Daemon → client push of what a user sees (`gpuctl events`), beside the
+//! `mode` events of auto.rs and the `wake`/`sleep`/`power` events of
+//! power.rs: a GPU's blocked state (from any cause: a mode change, manual
+//! blocks, automation, a display plugged in, a hot-plugged GPU) and
+//! `gpuctl run` grants. `blocked` events come from comparing what was last
+//! announced with what is in force, once per loop turn, so every cause is
+//! covered by one call and nothing is announced twice. It costs a
+//! comparison of two small sets per turn and no system call.
 
 use std::collections::BTreeSet;
 
@@ -39,8 +40,7 @@ impl Push {
     }
 
     /// The events that bring a subscriber from the last announced state to
-    /// the one in force: `mode` if the mode changed, then one `blocked` per
-    /// GPU whose blocked state changed.
+    /// the one in force: one `blocked` per GPU whose blocked state changed.
     pub fn changes(&mut self, inv: &Inventory, choice: &Choice, plan: &Plan) -> Vec<Value> {
         let now: BTreeSet<u32> = plan.blocked.iter().copied().collect();
         let (mode0, blocked0) = match &self.last {
@@ -49,14 +49,6 @@ impl Push {
             None => (None, BTreeSet::new()),
         };
         let mut out = Vec::new();
-        if mode0 != Some(choice.mode) {
-            out.push(json!({
-                "event": "mode",
-                "mode": choice.mode,
-                "reason": "manual",
-                "detail": format!("was {}", mode0.map_or("unknown".into(), |m| m.to_string())),
-            }));
-        }
         for g in &inv.gpus {
             let (was, is) = (blocked0.contains(&g.id), now.contains(&g.id));
             if was == is {
@@ -171,8 +163,12 @@ mod tests {
             power_state: None,
             runtime_status: None,
             displays: Vec::new(),
+            sleep: Default::default(),
+            functions: Vec::new(),
             wake_files: Vec::new(),
+            enum_files: Vec::new(),
             blocked: None,
+            display_holder: None,
         }
     }
 
@@ -192,7 +188,7 @@ mod tests {
         let mut p = Push::new(&integrated, &policy::plan(&inv, &integrated).unwrap());
         inv.gpus[1].displays.push(crate::gpu::Display {
             connector: "HDMI-A-1".into(),
-            status: "connected".into(),
+            status: Some("connected".into()),
         });
         let ev = p.changes(&inv, &integrated, &policy::plan(&inv, &integrated).unwrap());
         assert_eq!(ev.len(), 1, "{ev:?}");
@@ -215,12 +211,11 @@ mod tests {
         };
         let plan = policy::plan(&inv, &integrated).unwrap();
         let ev = p.changes(&inv, &integrated, &plan);
-        assert_eq!(ev[0]["event"], "mode");
-        assert_eq!(ev[0]["mode"], "integrated");
-        assert_eq!(ev[1]["event"], "blocked");
-        assert_eq!(ev[1]["gpu"], 1);
-        assert_eq!(ev[1]["blocked"], true);
-        assert_eq!(ev.len(), 2);
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(ev[0]["event"], "blocked");
+        assert_eq!(ev[0]["gpu"], 1);
+        assert_eq!(ev[0]["blocked"], true);
+        assert_eq!(ev[0]["reason"], "mode");
         assert!(p.changes(&inv, &integrated, &plan).is_empty());
     }
 

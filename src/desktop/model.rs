@@ -382,7 +382,11 @@ impl State {
         }
         match st["auto"]["enabled"].as_bool() {
             Some(on) => m.push(Item::Check {
-                label: "Automatic modes".into(),
+                label: if on && st["auto"]["active"] == false {
+                    "Automatic modes (no rule set: gpuctl config auto.on_battery …)".into()
+                } else {
+                    "Automatic modes".into()
+                },
                 on,
                 enabled: may,
                 action: Action::Auto(!on),

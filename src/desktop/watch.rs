@@ -34,16 +34,21 @@ pub fn run(socket: &Path, format: Format) -> u8 {
         if refresh {
             follow::fetch(socket, &mut state);
         }
-        // What changed is judged on the facts, not on the wording.
+        // What changed is judged on the facts, not on the wording (a daemon
+        // that went away is one change, whichever error said so first).
         let facts = state.json();
-        if last.as_ref() == Some(&facts) {
+        let mut key = facts.clone();
+        if let Some(o) = key.as_object_mut() {
+            o.remove("reason");
+        }
+        if last.as_ref() == Some(&key) {
             continue;
         }
+        last = Some(key);
         let line = match format {
             Format::Waybar => state.waybar(),
-            Format::Json => facts.clone(),
+            Format::Json => facts,
         };
-        last = Some(facts);
         if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
             return exit::OK;
         }
