@@ -13,6 +13,7 @@ PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  ?= $(PREFIX)/bin
 UNITDIR ?= $(PREFIX)/lib/systemd/system
+USERUNITDIR ?= $(PREFIX)/lib/systemd/user
 SYSCONFDIR ?= /etc
 MANDIR  ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share
@@ -24,7 +25,8 @@ CLANG_FORMAT ?= clang-format
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev \
 	bubblewrap libdrm-dev \
-	acpica-tools
+	acpica-tools \
+	dbus sway waybar grim desktop-file-utils
 
 .PHONY: all deps build static test test-install test-unit test-vm lint fmt demo bench bench-vm-lsm install uninstall clean
 
@@ -58,9 +60,14 @@ test-install:
 	@d=$$(mktemp -d) && $(MAKE) --no-print-directory install DESTDIR=$$d PREFIX=/usr >/dev/null && \
 	for f in usr/bin/gpuctl usr/lib/systemd/system/gpuctl.service etc/gpuctl/gpuctl.toml.example \
 		usr/share/man/man1/gpuctl.1 usr/share/bash-completion/completions/gpuctl \
-		usr/share/zsh/site-functions/_gpuctl usr/share/fish/vendor_completions.d/gpuctl.fish; do \
+		usr/share/zsh/site-functions/_gpuctl usr/share/fish/vendor_completions.d/gpuctl.fish \
+		usr/lib/systemd/user/gpuctl-tray.service etc/xdg/autostart/gpuctl-tray.desktop; do \
 		test -s $$d/$$f || { echo "make install did not install $$f"; exit 1; }; done && \
 	grep -q '^ExecStart=/usr/bin/gpuctl daemon' $$d/usr/lib/systemd/system/gpuctl.service && \
+	grep -q '^ExecStart=/usr/bin/gpuctl tray$$' $$d/usr/lib/systemd/user/gpuctl-tray.service && \
+	grep -q '^Exec=/usr/bin/gpuctl tray$$' $$d/etc/xdg/autostart/gpuctl-tray.desktop && \
+	if command -v desktop-file-validate >/dev/null; then \
+		desktop-file-validate $$d/etc/xdg/autostart/gpuctl-tray.desktop; fi && \
 	file $$d/usr/bin/gpuctl | grep -q 'static-pie linked' && \
 	if command -v systemd-analyze >/dev/null; then \
 		sed "s|/usr/bin/gpuctl|$$d/usr/bin/gpuctl|" $$d/usr/lib/systemd/system/gpuctl.service \
@@ -107,13 +114,19 @@ install: static
 	$(STATIC_BIN) completions bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl
 	$(STATIC_BIN) completions zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl
 	$(STATIC_BIN) completions fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish
+	install -D -m 0644 packaging/systemd/gpuctl-tray.service $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
+	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
+	install -D -m 0644 packaging/desktop/gpuctl-tray.desktop $(DESTDIR)$(SYSCONFDIR)/xdg/autostart/gpuctl-tray.desktop
+	sed -i 's|^Exec=gpuctl|Exec=$(BINDIR)/gpuctl|' $(DESTDIR)$(SYSCONFDIR)/xdg/autostart/gpuctl-tray.desktop
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gpuctl $(DESTDIR)$(UNITDIR)/gpuctl.service \
 		$(DESTDIR)$(SYSCONFDIR)/gpuctl/gpuctl.toml.example $(DESTDIR)$(MANDIR)/man1/gpuctl.1 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl \
-		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish
+		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish \
+		$(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service \
+		$(DESTDIR)$(SYSCONFDIR)/xdg/autostart/gpuctl-tray.desktop
 
 clean:
 	$(CARGO) clean

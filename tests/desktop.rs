@@ -279,7 +279,21 @@ fn survives_the_daemon_restarting() {
         (s.item.title().ok()? == "gpuctl: integrated mode, dGPU blocked").then_some(())
     });
     assert_eq!(s.fake.subscribers(), 1);
-    let _ = &s.bus;
+}
+
+#[test]
+fn one_tray_per_session() {
+    let Some(s) = setup("one_tray_per_session", QUIET) else {
+        return;
+    };
+    let cfg = s._dir.0.join("desktop.toml");
+    let mut second = Tray::start(&s.bus, &s.fake.socket, &cfg, None);
+    let status = wait_for("the second tray to exit", 10, || second.child.try_wait().unwrap());
+    let log = second.stop();
+    assert!(status.success(), "{status:?}: {log}");
+    assert!(log.contains("another gpuctl tray runs in this session"), "{log}");
+    assert_eq!(s.session.items.lock().unwrap().as_slice(), [s.tray.name.clone()]);
+    assert_eq!(s.item.title().unwrap(), "gpuctl: hybrid mode, dGPU asleep");
 }
 
 fn watch_lines(socket: &std::path::Path, flag: &str) -> (KillOnDrop, std::sync::mpsc::Receiver<Value>) {

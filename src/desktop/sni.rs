@@ -18,6 +18,8 @@ use super::model::{Action, Item};
 pub const ITEM_PATH: &str = "/StatusNotifierItem";
 pub const MENU_PATH: &str = "/MenuBar";
 pub const WATCHER: &str = "org.kde.StatusNotifierWatcher";
+/// Held by the session's one tray.
+pub const SINGLE: &str = "org.gpuctl.Tray";
 
 pub type Pixmaps = Vec<(i32, i32, Vec<u8>)>;
 
@@ -352,30 +354,46 @@ pub struct Tray {
 }
 
 impl Tray {
-    pub fn start(tx: Sender<Msg>) -> Result<Tray> {
+    /// `Ok(None)`: another gpuctl tray already runs in this session.
+    pub fn start(tx: Sender<Msg>) -> Result<Option<Tray>> {
         let shown: Shared = Arc::default();
         let name = format!("org.kde.StatusNotifierItem-{}-1", std::process::id());
         let conn = zbus::blocking::connection::Builder::session()
             .context("no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS)")?
-            .name(name.as_str())?
-            .serve_at(
+            .build()
+            .context("connecting to the D-Bus session bus")?;
+        // One tray per session (the autostart entry and the user unit may
+        // both start one).
+        match conn.request_name_with_flags(SINGLE, zbus::fdo::RequestNameFlags::DoNotQueue.into())
+        {
+            Ok(zbus::fdo::RequestNameReply::PrimaryOwner) => {}
+            Ok(_) | Err(zbus::Error::NameTaken) => return Ok(None),
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context("asking the session bus for org.gpuctl.Tray"))
+            }
+        }
+        conn.object_server()
+            .at(
                 ITEM_PATH,
                 ItemObj {
                     shown: shown.clone(),
                 },
-            )?
-            .serve_at(
+            )
+            .context("serving the item")?;
+        conn.object_server()
+            .at(
                 MENU_PATH,
                 MenuObj {
                     shown: shown.clone(),
                     tx: Mutex::new(tx),
                 },
-            )?
-            .build()
-            .context("connecting to the D-Bus session bus")?;
+            )
+            .context("serving the menu")?;
+        conn.request_name(name.as_str())
+            .context("asking the session bus for the item's name")?;
         let tray = Tray { conn, name, shown };
         tray.follow_watcher();
-        Ok(tray)
+        Ok(Some(tray))
     }
 
     /// Registers with the StatusNotifierWatcher now, and again whenever

@@ -50,7 +50,11 @@ pub fn run(socket: &Path) -> u8 {
     }
     let (tx, rx) = mpsc::channel();
     let tray = match Tray::start(tx.clone()) {
-        Ok(t) => t,
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            eprintln!("gpuctl tray: another gpuctl tray runs in this session; leaving it be");
+            return exit::OK;
+        }
         Err(e) => {
             eprintln!("gpuctl tray: {e:#}");
             return exit::ERROR;
