@@ -33,7 +33,10 @@ fn setup(test: &str, config: &str) -> Option<Setup> {
     }
     let dir = Scratch::new("desktop");
     let socket = dir.0.join("gpuctl.sock");
-    let fake = FakeDaemon::start(&socket, laptop_status("hybrid", false, ("D3cold", "suspended")));
+    let fake = FakeDaemon::start(
+        &socket,
+        laptop_status("hybrid", false, ("D3cold", "suspended")),
+    );
     let cfg = dir.0.join("desktop.toml");
     std::fs::write(&cfg, config).unwrap();
     let bus = Bus::start();
@@ -76,21 +79,27 @@ const QUIET: &str = "[notify]\nmin_interval_s = 0\n";
 
 #[test]
 fn item_registers_and_follows_power_and_mode_within_100ms() {
-    let Some(s) = setup("item_registers_and_follows_power_and_mode_within_100ms", QUIET) else {
+    let Some(s) = setup(
+        "item_registers_and_follows_power_and_mode_within_100ms",
+        QUIET,
+    ) else {
         return;
     };
     assert_eq!(s.item.category().unwrap(), "Hardware");
     assert!(s.item.item_is_menu().unwrap());
     assert_eq!(s.item.menu().unwrap().as_str(), "/MenuBar");
     let asleep = s.item.icon_pixmap().unwrap();
-    assert!(asleep.iter().any(|(w, h, d)| *w == 32 && *h == 32 && d.len() == 32 * 32 * 4));
+    assert!(asleep
+        .iter()
+        .any(|(w, h, d)| *w == 32 && *h == 32 && d.len() == 32 * 32 * 4));
     let signals = item_signals(&s.session.conn, &s.tray.name);
 
     // The dGPU wakes: the daemon's `power` event.
     s.fake
         .set_status(laptop_status("hybrid", false, ("D0", "active")));
     let t0 = Instant::now();
-    s.fake.push(json!({"event": "power", "gpu": 1, "pci": "0000:01:00.0",
+    s.fake
+        .push(json!({"event": "power", "gpu": 1, "pci": "0000:01:00.0",
                        "power_state": "D0", "runtime_status": "active"}));
     let t1 = next_signal(&signals, "NewIcon");
     let power_ms = t1.duration_since(t0).as_secs_f64() * 1000.0;
@@ -98,21 +107,31 @@ fn item_registers_and_follows_power_and_mode_within_100ms() {
     assert_ne!(awake, asleep, "the icon did not change when the dGPU woke");
     assert_eq!(s.item.title().unwrap(), "gpuctl: hybrid mode, dGPU awake");
     let tip = s.item.tool_tip().unwrap();
-    assert!(tip.3.contains("GPU 1 RTX 3050: awake (D0), usable"), "{tip:?}");
+    assert!(
+        tip.3.contains("GPU 1 RTX 3050: awake (D0), usable"),
+        "{tip:?}"
+    );
 
     // The mode changes: `mode` and `blocked` events.
     drain(&signals);
     s.fake
         .set_status(laptop_status("integrated", true, ("D3cold", "suspended")));
     let t0 = Instant::now();
-    s.fake.push(json!({"event": "mode", "mode": "integrated", "reason": "auto", "detail": "on battery"}));
+    s.fake.push(
+        json!({"event": "mode", "mode": "integrated", "reason": "auto", "detail": "on battery"}),
+    );
     let t1 = next_signal(&signals, "NewIcon");
     let mode_ms = t1.duration_since(t0).as_secs_f64() * 1000.0;
     let blocked = s.item.icon_pixmap().unwrap();
     assert_ne!(blocked, awake);
     assert_ne!(blocked, asleep);
-    assert_eq!(s.item.title().unwrap(), "gpuctl: integrated mode, dGPU blocked");
-    eprintln!("tray: NewIcon {power_ms:.1} ms after a power event, {mode_ms:.1} ms after a mode event");
+    assert_eq!(
+        s.item.title().unwrap(),
+        "gpuctl: integrated mode, dGPU blocked"
+    );
+    eprintln!(
+        "tray: NewIcon {power_ms:.1} ms after a power event, {mode_ms:.1} ms after a mode event"
+    );
     assert!(power_ms < 100.0, "power: {power_ms:.1} ms");
     assert!(mode_ms < 100.0, "mode: {mode_ms:.1} ms");
 }
@@ -133,7 +152,8 @@ fn menu_lists_modes_and_a_click_changes_the_mode() {
         let mut st = s.fake.status.lock().unwrap();
         st["modes"]["smart"] = json!("refused: the kernel lacks BTF");
     }
-    s.fake.push(json!({"event": "grant", "pid": null, "comm": null, "gpus": [1], "how": "run"}));
+    s.fake
+        .push(json!({"event": "grant", "pid": null, "comm": null, "gpus": [1], "how": "run"}));
     let (rev0, entries) = wait_for("the menu to show smart unavailable", 10, || {
         let (r, e) = menu_entries(&s.menu);
         e.iter()
@@ -145,7 +165,10 @@ fn menu_lists_modes_and_a_click_changes_the_mode() {
     let integrated = find(&entries, "Integrated");
     assert_eq!((integrated.toggle, integrated.enabled), (Some(0), true));
     let smart = find(&entries, "Smart");
-    assert_eq!(smart.label, "Smart (unavailable: refused: the kernel lacks BTF)");
+    assert_eq!(
+        smart.label,
+        "Smart (unavailable: refused: the kernel lacks BTF)"
+    );
     assert!(!smart.enabled);
     assert!(find(&entries, "Manual").enabled);
     assert!(!find(&entries, "Automatic modes").enabled);
@@ -157,11 +180,15 @@ fn menu_lists_modes_and_a_click_changes_the_mode() {
     // A program of ours is denied: "Allow this app" names its executable.
     let mut sleeper = KillOnDrop(Command::new("sleep").arg("30").spawn().unwrap());
     let pid = sleeper.0.id();
-    s.fake.push(json!({"event": "denied", "pid": pid, "comm": "sleep", "uid": 0, "gpu": 1,
-                       "node": "226:0"}));
+    s.fake.push(
+        json!({"event": "denied", "pid": pid, "comm": "sleep", "uid": 0, "gpu": 1,
+                       "node": "226:0"}),
+    );
     let (_, entries) = wait_for("the denial in the menu", 10, || {
         let (r, e) = menu_entries(&s.menu);
-        e.iter().any(|e| e.label == "Allow this app").then_some((r, e))
+        e.iter()
+            .any(|e| e.label == "Allow this app")
+            .then_some((r, e))
     });
     let sub = find(&entries, "Recent denials");
     assert_eq!(sub.depth, 0);
@@ -173,9 +200,15 @@ fn menu_lists_modes_and_a_click_changes_the_mode() {
     find(&entries, exe.to_str().unwrap());
     click(&s.menu, allow.id);
     wait_for("the app rule request", 10, || {
-        s.fake.requests.lock().unwrap().iter().any(|r| {
-            r["type"] == "app" && r["action"] == "allow" && r["path"] == exe.to_str().unwrap()
-        }).then_some(())
+        s.fake
+            .requests
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| {
+                r["type"] == "app" && r["action"] == "allow" && r["path"] == exe.to_str().unwrap()
+            })
+            .then_some(())
     });
     let _ = sleeper.0.kill();
 
@@ -187,7 +220,10 @@ fn menu_lists_modes_and_a_click_changes_the_mode() {
         let (r, e) = menu_entries(&s.menu);
         (find(&e, "Integrated").toggle == Some(1)).then_some((r, e))
     });
-    assert!(rev1 > rev0, "the layout revision must move ({rev0} -> {rev1})");
+    assert!(
+        rev1 > rev0,
+        "the layout revision must move ({rev0} -> {rev1})"
+    );
     assert_eq!(find(&entries, "Hybrid").toggle, Some(0));
     assert!(find(&entries, "Hybrid").enabled);
 }
@@ -204,7 +240,10 @@ fn a_refused_click_is_reported() {
     let (_, entries) = menu_entries(&s.menu);
     click(&s.menu, find(&entries, "Integrated").id);
     let n = s.session.wait_notes("the refusal", |n| !n.is_empty());
-    assert_eq!(n[0].summary, "gpuctl: switching to integrated mode not done");
+    assert_eq!(
+        n[0].summary,
+        "gpuctl: switching to integrated mode not done"
+    );
     assert_eq!(
         n[0].body,
         "refused: GPU 1 drives a connected display (HDMI-A-2); use --force"
@@ -229,31 +268,54 @@ fn notifications_are_rate_limited_and_switchable() {
     };
     let t0 = Instant::now();
     for mode in ["integrated", "hybrid", "smart"] {
-        s.fake.push(json!({"event": "mode", "mode": mode, "reason": "manual"}));
+        s.fake
+            .push(json!({"event": "mode", "mode": mode, "reason": "manual"}));
     }
     // Switched off: wakes. On: denials (off by default), a monitor plugged in.
-    s.fake.push(json!({"event": "wake", "gpu": 1, "comm": "lspci", "pid": 7}));
-    s.fake.push(json!({"event": "denied", "pid": 9, "comm": "glxgears", "gpu": 1, "node": "226:0"}));
-    s.fake.push(json!({"event": "blocked", "gpu": 1, "blocked": false, "reason": "display",
-                       "displays": ["HDMI-A-2"]}));
+    s.fake
+        .push(json!({"event": "wake", "gpu": 1, "comm": "lspci", "pid": 7}));
+    s.fake
+        .push(json!({"event": "denied", "pid": 9, "comm": "glxgears", "gpu": 1, "node": "226:0"}));
+    s.fake.push(
+        json!({"event": "blocked", "gpu": 1, "blocked": false, "reason": "display",
+                       "displays": ["HDMI-A-2"]}),
+    );
     let n = s.session.wait_notes("the held mode notification", |n| {
-        n.iter().filter(|x| x.summary.starts_with("GPU mode")).count() == 2
+        n.iter()
+            .filter(|x| x.summary.starts_with("GPU mode"))
+            .count()
+            == 2
     });
     std::thread::sleep(Duration::from_millis(300));
     let n2 = s.session.notes();
-    assert_eq!(n2.len(), n.len(), "nothing more after the interval: {n2:#?}");
-    let modes: Vec<&Notification> = n.iter().filter(|x| x.summary.starts_with("GPU mode")).collect();
+    assert_eq!(
+        n2.len(),
+        n.len(),
+        "nothing more after the interval: {n2:#?}"
+    );
+    let modes: Vec<&Notification> = n
+        .iter()
+        .filter(|x| x.summary.starts_with("GPU mode"))
+        .collect();
     assert_eq!(modes[0].summary, "GPU mode: integrated");
     assert!(modes[0].at.duration_since(t0) < Duration::from_millis(500));
     // The last word, after the interval, replacing the first on screen.
     assert_eq!(modes[1].summary, "GPU mode: smart");
-    assert!(modes[1].body.ends_with("(and 1 earlier within 1 s)"), "{}", modes[1].body);
+    assert!(
+        modes[1].body.ends_with("(and 1 earlier within 1 s)"),
+        "{}",
+        modes[1].body
+    );
     assert!(modes[1].at.duration_since(modes[0].at) >= Duration::from_millis(950));
     assert_ne!(modes[1].replaces, 0);
     assert!(n.iter().all(|x| !x.summary.contains("woken")), "{n:#?}");
-    assert!(n.iter().any(|x| x.summary == "glxgears (pid 9) was kept off GPU 1"));
-    assert!(n.iter().any(|x| x.summary == "A monitor on a dGPU port: GPU 1 unblocked"
-        && x.body.starts_with("HDMI-A-2 is connected")));
+    assert!(n
+        .iter()
+        .any(|x| x.summary == "glxgears (pid 9) was kept off GPU 1"));
+    assert!(n
+        .iter()
+        .any(|x| x.summary == "A monitor on a dGPU port: GPU 1 unblocked"
+            && x.body.starts_with("HDMI-A-2 is connected")));
     assert_eq!(n.len(), 4, "{n:#?}");
 }
 
@@ -269,12 +331,18 @@ fn survives_the_daemon_restarting() {
     });
     assert_ne!(s.item.icon_pixmap().unwrap(), up);
     let tip = s.item.tool_tip().unwrap().3;
-    assert!(tip.contains("stopped") || tip.contains("not running"), "{tip}");
+    assert!(
+        tip.contains("stopped") || tip.contains("not running"),
+        "{tip}"
+    );
     let (_, entries) = menu_entries(&s.menu);
     assert!(entries[0].label.contains("daemon"), "{entries:#?}");
     assert!(entries.iter().all(|e| e.toggle.is_none()));
     let socket = s.fake.socket.clone();
-    s.fake = FakeDaemon::start(&socket, laptop_status("integrated", true, ("D3cold", "suspended")));
+    s.fake = FakeDaemon::start(
+        &socket,
+        laptop_status("integrated", true, ("D3cold", "suspended")),
+    );
     wait_for("the tray to reconnect", 10, || {
         (s.item.title().ok()? == "gpuctl: integrated mode, dGPU blocked").then_some(())
     });
@@ -288,15 +356,26 @@ fn one_tray_per_session() {
     };
     let cfg = s._dir.0.join("desktop.toml");
     let mut second = Tray::start(&s.bus, &s.fake.socket, &cfg, None);
-    let status = wait_for("the second tray to exit", 10, || second.child.try_wait().unwrap());
+    let status = wait_for("the second tray to exit", 10, || {
+        second.child.try_wait().unwrap()
+    });
     let log = second.stop();
     assert!(status.success(), "{status:?}: {log}");
-    assert!(log.contains("another gpuctl tray runs in this session"), "{log}");
-    assert_eq!(s.session.items.lock().unwrap().as_slice(), [s.tray.name.clone()]);
+    assert!(
+        log.contains("another gpuctl tray runs in this session"),
+        "{log}"
+    );
+    assert_eq!(
+        s.session.items.lock().unwrap().as_slice(),
+        [s.tray.name.clone()]
+    );
     assert_eq!(s.item.title().unwrap(), "gpuctl: hybrid mode, dGPU asleep");
 }
 
-fn watch_lines(socket: &std::path::Path, flag: &str) -> (KillOnDrop, std::sync::mpsc::Receiver<Value>) {
+fn watch_lines(
+    socket: &std::path::Path,
+    flag: &str,
+) -> (KillOnDrop, std::sync::mpsc::Receiver<Value>) {
     let mut child = Command::new(BIN)
         .args(["watch", flag])
         .env("GPUCTL_SOCKET", socket)
@@ -317,28 +396,40 @@ fn watch_lines(socket: &std::path::Path, flag: &str) -> (KillOnDrop, std::sync::
 }
 
 fn next(rx: &std::sync::mpsc::Receiver<Value>) -> Value {
-    rx.recv_timeout(Duration::from_secs(10)).expect("no line from watch")
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("no line from watch")
 }
 
 #[test]
 fn watch_waybar_line_by_line() {
     let dir = Scratch::new("watch");
     let socket = dir.0.join("gpuctl.sock");
-    let mut fake = FakeDaemon::start(&socket, laptop_status("hybrid", false, ("D3cold", "suspended")));
+    let mut fake = FakeDaemon::start(
+        &socket,
+        laptop_status("hybrid", false, ("D3cold", "suspended")),
+    );
     let (_watch, rx) = watch_lines(&socket, "--waybar");
     let l = next(&rx);
     assert_eq!(l["text"], "hybrid · dGPU asleep");
     assert_eq!(l["class"], json!(["asleep", "hybrid"]));
     assert_eq!(l["alt"], "asleep");
-    assert!(l["tooltip"].as_str().unwrap().contains("GPU 1 RTX 3050: asleep (D3cold, since "));
-    wait_for("watch to subscribe", 10, || (fake.subscribers() == 1).then_some(()));
+    assert!(l["tooltip"]
+        .as_str()
+        .unwrap()
+        .contains("GPU 1 RTX 3050: asleep (D3cold, since "));
+    wait_for("watch to subscribe", 10, || {
+        (fake.subscribers() == 1).then_some(())
+    });
 
     // A mode change: one line.
     fake.set_status(laptop_status("integrated", true, ("D3cold", "suspended")));
     fake.push(json!({"event": "mode", "mode": "integrated", "reason": "manual"}));
     fake.push(json!({"event": "blocked", "gpu": 1, "blocked": true, "reason": "mode"}));
     let l = next(&rx);
-    assert_eq!((l["text"].as_str(), l["alt"].as_str()), (Some("integrated · dGPU blocked"), Some("blocked")));
+    assert_eq!(
+        (l["text"].as_str(), l["alt"].as_str()),
+        (Some("integrated · dGPU blocked"), Some("blocked"))
+    );
     assert_eq!(l["class"], json!(["blocked", "integrated"]));
     // An event that changes nothing shown: no line.
     fake.push(json!({"event": "denied", "pid": null, "comm": null, "gpu": 1, "node": "226:0"}));
@@ -348,7 +439,10 @@ fn watch_waybar_line_by_line() {
     let l = next(&rx);
     assert_eq!(l["text"], "integrated · dGPU awake");
     assert_eq!(l["class"], json!(["awake", "integrated"]));
-    assert!(l["tooltip"].as_str().unwrap().contains("GPU 1 RTX 3050: awake (D0), blocked"));
+    assert!(l["tooltip"]
+        .as_str()
+        .unwrap()
+        .contains("GPU 1 RTX 3050: awake (D0), blocked"));
     fake.set_status(laptop_status("integrated", true, ("D3cold", "suspended")));
     fake.push(json!({"event": "sleep", "gpu": 1, "awake_ms": 900}));
     let l = next(&rx);
@@ -358,26 +452,40 @@ fn watch_waybar_line_by_line() {
     let l = next(&rx);
     assert_eq!(l["alt"], "down");
     assert_eq!(l["text"], "gpuctl: daemon not running");
-    let _fake = FakeDaemon::start(&socket, laptop_status("hybrid", false, ("D3cold", "suspended")));
+    let _fake = FakeDaemon::start(
+        &socket,
+        laptop_status("hybrid", false, ("D3cold", "suspended")),
+    );
     let l = next(&rx);
     assert_eq!(l["text"], "hybrid · dGPU asleep", "{l}");
-    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "a line without a change");
+    assert!(
+        rx.recv_timeout(Duration::from_millis(300)).is_err(),
+        "a line without a change"
+    );
 }
 
 #[test]
 fn watch_json_facts() {
     let dir = Scratch::new("watchjson");
     let socket = dir.0.join("gpuctl.sock");
-    let fake = FakeDaemon::start(&socket, laptop_status("smart", true, ("D3cold", "suspended")));
+    let fake = FakeDaemon::start(
+        &socket,
+        laptop_status("smart", true, ("D3cold", "suspended")),
+    );
     let (_watch, rx) = watch_lines(&socket, "--json");
     let l = next(&rx);
     assert_eq!(l["daemon"], "running");
     assert_eq!(l["mode"], "smart");
     assert_eq!(l["state"], "blocked");
     assert_eq!(l["gpus"][1]["runtime_status"], "suspended");
-    wait_for("watch to subscribe", 10, || (fake.subscribers() == 1).then_some(()));
+    wait_for("watch to subscribe", 10, || {
+        (fake.subscribers() == 1).then_some(())
+    });
     fake.set_status(laptop_status("smart", true, ("D0", "active")));
     fake.push(json!({"event": "power", "gpu": 1, "power_state": "D0", "runtime_status": "active"}));
     let l = next(&rx);
-    assert_eq!((l["state"].as_str(), l["gpus"][1]["power_state"].as_str()), (Some("awake"), Some("D0")));
+    assert_eq!(
+        (l["state"].as_str(), l["gpus"][1]["power_state"].as_str()),
+        (Some("awake"), Some("D0"))
+    );
 }

@@ -112,7 +112,11 @@ fn next_event(rx: &mpsc::Receiver<(Value, Instant)>, kind: &str) -> (Value, Inst
 
 #[test]
 fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
-    let Some(r) = start("a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms", "", None) else {
+    let Some(r) = start(
+        "a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms",
+        "",
+        None,
+    ) else {
         return;
     };
     let ev = events(&r.env);
@@ -120,20 +124,30 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
     assert_eq!(ok["ok"], true, "{ok}");
     let signals = item_signals(&r.session.conn, &r.tray.name);
     let before = r.item.icon_pixmap().unwrap();
-    assert_eq!(r.env.open_errno(226, 0), ENXIO, "the dGPU's card0 starts usable");
+    assert_eq!(
+        r.env.open_errno(226, 0),
+        ENXIO,
+        "the dGPU's card0 starts usable"
+    );
 
     let (_, entries) = menu_entries(&r.menu);
     click(&r.menu, find(&entries, "Integrated").id);
     let (m, _) = next_event(&ev, "mode");
     assert_eq!(m["mode"], "integrated");
     let (b, t0) = next_event(&ev, "blocked");
-    assert_eq!((b["gpu"].as_u64(), b["blocked"].as_bool()), (Some(1), Some(true)));
+    assert_eq!(
+        (b["gpu"].as_u64(), b["blocked"].as_bool()),
+        (Some(1), Some(true))
+    );
     let t1 = next_signal(&signals, "NewIcon");
     let ms = t1.saturating_duration_since(t0).as_secs_f64() * 1000.0;
     eprintln!("tray (real daemon): NewIcon {ms:.1} ms after the daemon's blocked event");
     assert!(ms < 100.0, "{ms:.1} ms");
     assert_ne!(r.item.icon_pixmap().unwrap(), before);
-    assert_eq!(r.item.title().unwrap(), "gpuctl: integrated mode, dGPU blocked");
+    assert_eq!(
+        r.item.title().unwrap(),
+        "gpuctl: integrated mode, dGPU blocked"
+    );
     assert_eq!(r.env.json(&["get"])["mode"], "integrated");
     assert_eq!(r.env.open_errno(226, 0), EPERM, "blocked in the kernel");
 
@@ -144,11 +158,19 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
     std::thread::sleep(Duration::from_millis(300));
     let _ = r.env.json(&["status"]);
     let (b, _) = next_event(&ev, "blocked");
-    assert_eq!((b["blocked"].as_bool(), b["reason"].as_str()), (Some(false), Some("display")));
+    assert_eq!(
+        (b["blocked"].as_bool(), b["reason"].as_str()),
+        (Some(false), Some("display"))
+    );
     let n = r.session.wait_notes("the display notification", |n| {
-        n.iter().any(|x| x.summary == "A monitor on a dGPU port: GPU 1 unblocked")
+        n.iter()
+            .any(|x| x.summary == "A monitor on a dGPU port: GPU 1 unblocked")
     });
-    assert!(n.iter().any(|x| x.body.starts_with("HDMI-A-2 is connected")), "{n:#?}");
+    assert!(
+        n.iter()
+            .any(|x| x.body.starts_with("HDMI-A-2 is connected")),
+        "{n:#?}"
+    );
 
     // Manual mode: blocking a GPU that drives a display is refused, and said.
     let (_, entries) = menu_entries(&r.menu);
@@ -161,10 +183,17 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
     assert_eq!((block.toggle, block.enabled), (Some(0), true));
     click(&r.menu, block.id);
     let n = r.session.wait_notes("the refusal", |n| {
-        n.iter().any(|x| x.summary == "gpuctl: blocking GPU 1 not done")
+        n.iter()
+            .any(|x| x.summary == "gpuctl: blocking GPU 1 not done")
     });
-    let refusal = n.iter().find(|x| x.summary == "gpuctl: blocking GPU 1 not done").unwrap();
-    assert!(refusal.body.contains("refused") && refusal.body.contains("display"), "{refusal:?}");
+    let refusal = n
+        .iter()
+        .find(|x| x.summary == "gpuctl: blocking GPU 1 not done")
+        .unwrap();
+    assert!(
+        refusal.body.contains("refused") && refusal.body.contains("display"),
+        "{refusal:?}"
+    );
     assert_eq!(r.env.open_errno(226, 0), ENXIO);
 
     // Automation on/off from the menu (the daemon's `auto` request).
@@ -189,11 +218,19 @@ fn outside_the_group_the_tray_says_so_and_a_member_may_switch() {
         return;
     };
     let (_, entries) = menu_entries(&r.menu);
-    find(&entries, "You may not change modes (needs root or the gpuctl group)");
+    find(
+        &entries,
+        "You may not change modes (needs root or the gpuctl group)",
+    );
     for m in ["Hybrid", "Integrated", "Smart", "Manual"] {
         assert!(!find(&entries, m).enabled, "{m} must be disabled");
     }
-    assert!(r.item.tool_tip().unwrap().3.contains("You may not change modes"));
+    assert!(r
+        .item
+        .tool_tip()
+        .unwrap()
+        .3
+        .contains("You may not change modes"));
     drop(r);
 
     let Some(r) = start(name, "group = \"nogroup\"\n", Some(NOBODY)) else {

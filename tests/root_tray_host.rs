@@ -76,7 +76,11 @@ fn grim(xdg: &Path, keep: &Path) -> Shot {
         .args(["-t", "ppm", "-"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "grim: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "grim: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let png = session_cmd("grim", xdg).arg("-").output().unwrap();
     std::fs::write(keep, &png.stdout).unwrap();
     // P6\nW H\n255\n then RGB.

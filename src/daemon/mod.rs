@@ -5,8 +5,8 @@
 mod auth;
 pub mod config;
 mod notify;
-mod push;
 mod power;
+mod push;
 mod server;
 mod session;
 pub mod state;

@@ -235,7 +235,10 @@ mod tests {
     #[test]
     fn redacts_other_users() {
         let e = json!({"event": "grant", "pid": 5, "comm": "game", "uid": 1000});
-        assert_eq!(redact(&e, Some(1000), false, Some(1001))["pid"], Value::Null);
+        assert_eq!(
+            redact(&e, Some(1000), false, Some(1001))["pid"],
+            Value::Null
+        );
         assert_eq!(redact(&e, Some(1000), false, Some(1000))["pid"], 5);
         assert_eq!(redact(&e, Some(1000), true, Some(0))["comm"], "game");
     }

@@ -101,7 +101,9 @@ mod tests {
         let c = parse("[notify]\nwake = false\nmin_interval_s = 0.5\n").unwrap();
         assert!(!c.notify.wake && c.notify.mode);
         assert_eq!(c.notify.min_interval_s, 0.5);
-        assert!(parse("[notify]\nwak = false\n").unwrap_err().contains("wak"));
+        assert!(parse("[notify]\nwak = false\n")
+            .unwrap_err()
+            .contains("wak"));
         assert!(parse("[notify]\nmin_interval_s = -1\n").is_err());
     }
 }

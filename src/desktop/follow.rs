@@ -104,7 +104,9 @@ fn wait_for_socket(socket: &Path) {
             if ino
                 .add_watch(
                     dir,
-                    AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ATTRIB,
+                    AddWatchFlags::IN_CREATE
+                        | AddWatchFlags::IN_MOVED_TO
+                        | AddWatchFlags::IN_ATTRIB,
                 )
                 .is_ok() =>
         {
@@ -159,9 +161,7 @@ pub fn perform(socket: &Path, action: &Action) -> Result<(), String> {
     };
     match client::request_value(socket, &req) {
         Ok(Response { ok: true, .. }) => Ok(()),
-        Ok(r) => Err(r
-            .error
-            .map_or("the daemon refused".into(), |e| e.message)),
+        Ok(r) => Err(r.error.map_or("the daemon refused".into(), |e| e.message)),
         Err(e) => Err(e.to_string()),
     }
 }

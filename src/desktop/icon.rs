@@ -54,7 +54,9 @@ pub fn pixmap(look: Look, mode: Option<&str>, size: i32) -> (i32, i32, Vec<u8>) 
             }
         }
     }
-    let letter = mode.and_then(|m| m.chars().next()).map(|c| c.to_ascii_uppercase());
+    let letter = mode
+        .and_then(|m| m.chars().next())
+        .map(|c| c.to_ascii_uppercase());
     if look == Look::Down {
         // A white cross over the chip.
         let w = (f * 0.08).max(1.0);

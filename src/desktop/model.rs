@@ -458,7 +458,11 @@ impl Item {
 /// A human line for one event (`gpuctl events` without --json, and the
 /// notifications).
 pub fn describe(v: &Value) -> Option<(String, String)> {
-    let gpu = || v["gpu"].as_u64().map_or("a GPU".into(), |g| format!("GPU {g}"));
+    let gpu = || {
+        v["gpu"]
+            .as_u64()
+            .map_or("a GPU".into(), |g| format!("GPU {g}"))
+    };
     let who = || match (v["comm"].as_str(), v["pid"].as_u64()) {
         (Some(c), Some(p)) => format!("{c} (pid {p})"),
         (Some(c), None) => c.to_string(),
@@ -529,7 +533,10 @@ pub fn describe(v: &Value) -> Option<(String, String)> {
         )),
         "denied" => Some((
             format!("{} was kept off {}", who(), gpu()),
-            format!("it opened {}", v["node"].as_str().unwrap_or("a device node")),
+            format!(
+                "it opened {}",
+                v["node"].as_str().unwrap_or("a device node")
+            ),
         )),
         _ => None,
     }
@@ -585,7 +592,10 @@ mod tests {
         s.set_status(status("hybrid", false, "suspended"), t);
         s.holders = vec![json!({"gpu": 1, "pid": 42, "comm": "steam"})];
         let tip = s.tooltip();
-        let want = format!("GPU 1 GA107M: asleep (D3cold, since {}), usable; held by steam (42)", clock(t));
+        let want = format!(
+            "GPU 1 GA107M: asleep (D3cold, since {}), usable; held by steam (42)",
+            clock(t)
+        );
         assert!(tip.contains(&want), "{tip}");
         // Still asleep later: the time stays; awake and asleep again: it restarts.
         let later = t + std::time::Duration::from_secs(3600);
@@ -608,8 +618,10 @@ mod tests {
             .iter()
             .find(|i| matches!(i, Item::Radio { action: Action::SetMode(x), .. } if x == "integrated"))
             .unwrap();
-        assert!(matches!(integrated, Item::Radio { enabled: false, label, .. }
-            if label.contains("unavailable: refused: GPU 1 drives a connected display")));
+        assert!(
+            matches!(integrated, Item::Radio { enabled: false, label, .. }
+            if label.contains("unavailable: refused: GPU 1 drives a connected display"))
+        );
         let smart = m
             .iter()
             .find(|i| matches!(i, Item::Radio { action: Action::SetMode(x), .. } if x == "smart"))
@@ -627,9 +639,18 @@ mod tests {
         assert!(m.contains(&Item::Label(
             "You may not change modes (needs root or the gpuctl group)".into()
         )));
-        assert!(m.iter().all(|i| !matches!(i, Item::Radio { enabled: true, .. })));
+        assert!(m
+            .iter()
+            .all(|i| !matches!(i, Item::Radio { enabled: true, .. })));
         // Manual mode lists the per-GPU block, checked.
-        assert!(m.iter().any(|i| matches!(i, Item::Check { on: true, action: Action::Unblock(1), .. })));
+        assert!(m.iter().any(|i| matches!(
+            i,
+            Item::Check {
+                on: true,
+                action: Action::Unblock(1),
+                ..
+            }
+        )));
     }
 
     #[test]
@@ -670,15 +691,22 @@ mod tests {
 
     #[test]
     fn describes_events() {
-        let (t, b) = describe(&json!({"event": "mode", "mode": "integrated", "reason": "auto",
-                                      "detail": "on battery"})).unwrap();
+        let (t, b) = describe(
+            &json!({"event": "mode", "mode": "integrated", "reason": "auto",
+                                      "detail": "on battery"}),
+        )
+        .unwrap();
         assert_eq!(t, "GPU mode: integrated");
         assert_eq!(b, "changed automatically: on battery");
-        let (t, _) = describe(&json!({"event": "wake", "gpu": 1, "comm": "lspci", "pid": 9,
-                                      "file": "/sys/bus/pci/devices/0000:01:00.0/config"})).unwrap();
+        let (t, _) = describe(
+            &json!({"event": "wake", "gpu": 1, "comm": "lspci", "pid": 9,
+                                      "file": "/sys/bus/pci/devices/0000:01:00.0/config"}),
+        )
+        .unwrap();
         assert_eq!(t, "The dGPU was woken by lspci (pid 9)");
         let (t, _) = describe(&json!({"event": "blocked", "gpu": 1, "blocked": false,
-                                      "reason": "display", "displays": ["HDMI-A-1"]})).unwrap();
+                                      "reason": "display", "displays": ["HDMI-A-1"]}))
+        .unwrap();
         assert_eq!(t, "A monitor on a dGPU port: GPU 1 unblocked");
         assert!(describe(&json!({"event": "future-kind"})).is_none());
     }

@@ -83,7 +83,12 @@ impl<S: FnMut(u32, &str, &str) -> Option<u32>> Notifier<S> {
 
     /// A menu action the daemon refused or that failed.
     pub fn action_failed(&mut self, what: &str, why: &str, now: Instant) {
-        self.post(Kind::Action, format!("gpuctl: {what} not done"), why.to_string(), now);
+        self.post(
+            Kind::Action,
+            format!("gpuctl: {what} not done"),
+            why.to_string(),
+            now,
+        );
     }
 
     fn post(&mut self, k: Kind, summary: String, body: String, now: Instant) {
@@ -110,8 +115,7 @@ impl<S: FnMut(u32, &str, &str) -> Option<u32>> Notifier<S> {
             }
             body.push_str(&format!(
                 "(and {} earlier within {:.0} s)",
-                l.held,
-                self.cfg.min_interval_s
+                l.held, self.cfg.min_interval_s
             ));
         }
         l.held = 0;
@@ -210,8 +214,14 @@ mod tests {
             },
         );
         let t = Instant::now();
-        for (i, m) in ["integrated", "hybrid", "smart", "integrated"].iter().enumerate() {
-            n.event(&json!({"event": "mode", "mode": m, "reason": "manual"}), t + Duration::from_millis(i as u64));
+        for (i, m) in ["integrated", "hybrid", "smart", "integrated"]
+            .iter()
+            .enumerate()
+        {
+            n.event(
+                &json!({"event": "mode", "mode": m, "reason": "manual"}),
+                t + Duration::from_millis(i as u64),
+            );
         }
         // Denials are off by default; power events are never notified.
         n.event(&json!({"event": "denied", "comm": "x", "gpu": 1}), t);

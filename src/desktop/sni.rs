@@ -102,7 +102,12 @@ impl ItemObj {
     #[zbus(property)]
     fn tool_tip(&self) -> (String, Pixmaps, String, String) {
         let s = lock(&self.shown);
-        (String::new(), Vec::new(), s.tip_title.clone(), s.tip_body.clone())
+        (
+            String::new(),
+            Vec::new(),
+            s.tip_title.clone(),
+            s.tip_body.clone(),
+        )
     }
     #[zbus(property)]
     fn item_is_menu(&self) -> bool {
@@ -364,12 +369,13 @@ impl Tray {
             .context("connecting to the D-Bus session bus")?;
         // One tray per session (the autostart entry and the user unit may
         // both start one).
-        match conn.request_name_with_flags(SINGLE, zbus::fdo::RequestNameFlags::DoNotQueue.into())
-        {
+        match conn.request_name_with_flags(SINGLE, zbus::fdo::RequestNameFlags::DoNotQueue.into()) {
             Ok(zbus::fdo::RequestNameReply::PrimaryOwner) => {}
             Ok(_) | Err(zbus::Error::NameTaken) => return Ok(None),
             Err(e) => {
-                return Err(anyhow::Error::new(e).context("asking the session bus for org.gpuctl.Tray"))
+                return Err(
+                    anyhow::Error::new(e).context("asking the session bus for org.gpuctl.Tray")
+                )
             }
         }
         conn.object_server()
@@ -450,9 +456,13 @@ impl Tray {
         };
         let mut changed = Vec::new();
         let mut signal = |name: &str, prop: &'static str| {
-            let _ = self
-                .conn
-                .emit_signal(None::<()>, ITEM_PATH, "org.kde.StatusNotifierItem", name, &());
+            let _ = self.conn.emit_signal(
+                None::<()>,
+                ITEM_PATH,
+                "org.kde.StatusNotifierItem",
+                name,
+                &(),
+            );
             changed.push(prop);
         };
         if old.title != new.title {

@@ -76,7 +76,10 @@ pub fn run(socket: &Path) -> u8 {
             Err(RecvTimeoutError::Disconnected) => return exit::ERROR,
         };
         let mut refresh = false;
-        for msg in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+        for msg in first
+            .into_iter()
+            .chain(std::iter::from_fn(|| rx.try_recv().ok()))
+        {
             let now = Instant::now();
             match msg {
                 Msg::Up => refresh = true,

@@ -107,7 +107,6 @@ impl Bus {
             _dir: dir,
         }
     }
-
 }
 
 impl Drop for Bus {
@@ -238,7 +237,10 @@ impl Session {
             if f(&n) {
                 return n;
             }
-            assert!(Instant::now() < deadline, "timed out waiting for {what}; got {n:#?}");
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; got {n:#?}"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -271,13 +273,8 @@ pub trait Menu {
         recursion_depth: i32,
         property_names: &[&str],
     ) -> zbus::Result<(u32, (i32, HashMap<String, OwnedValue>, Vec<OwnedValue>))>;
-    fn event(
-        &self,
-        id: i32,
-        event_id: &str,
-        data: &DValue<'_>,
-        timestamp: u32,
-    ) -> zbus::Result<()>;
+    fn event(&self, id: i32, event_id: &str, data: &DValue<'_>, timestamp: u32)
+        -> zbus::Result<()>;
 }
 
 /// One menu entry as a host sees it.
@@ -321,8 +318,7 @@ fn walk(v: &DValue<'_>, depth: usize, out: &mut Vec<Entry>) {
     let DValue::I32(id) = f[0] else {
         panic!("bad id")
     };
-    let props: HashMap<String, OwnedValue> =
-        HashMap::try_from(f[1].try_clone().unwrap()).unwrap();
+    let props: HashMap<String, OwnedValue> = HashMap::try_from(f[1].try_clone().unwrap()).unwrap();
     out.push(entry(id, depth, &props));
     if let DValue::Array(a) = &f[2] {
         for c in a.iter() {
@@ -396,12 +392,7 @@ pub struct Tray {
 }
 
 impl Tray {
-    pub fn start(
-        bus: &Bus,
-        socket: &Path,
-        desktop_config: &Path,
-        uid: Option<u32>,
-    ) -> Tray {
+    pub fn start(bus: &Bus, socket: &Path, desktop_config: &Path, uid: Option<u32>) -> Tray {
         use std::os::unix::process::CommandExt;
         let mut cmd = Command::new(BIN);
         cmd.arg("tray")
@@ -591,7 +582,10 @@ fn serve(
     requests.lock().unwrap().push(req.clone());
     let ok = |data: Value| json!({"ok": true, "proto": 1, "data": data});
     let mut w = s;
-    let change = matches!(req["type"].as_str(), Some("set" | "block" | "unblock" | "app"));
+    let change = matches!(
+        req["type"].as_str(),
+        Some("set" | "block" | "unblock" | "app")
+    );
     let refused = refuse.lock().unwrap().clone();
     let resp = match (req["type"].as_str(), refused) {
         (Some(_), Some((code, msg))) if change => {
@@ -615,11 +609,19 @@ fn serve(
             }
             let resp = ok(json!({"mode": mode}));
             let _ = w.write_all(format!("{resp}\n").as_bytes());
-            push(subs, &json!({"event": "mode", "mode": mode, "reason": "manual", "detail": "set"}));
-            push(subs, &json!({"event": "blocked", "gpu": 1, "pci": "0000:01:00.0", "blocked": blocked, "reason": "mode", "displays": []}));
+            push(
+                subs,
+                &json!({"event": "mode", "mode": mode, "reason": "manual", "detail": "set"}),
+            );
+            push(
+                subs,
+                &json!({"event": "blocked", "gpu": 1, "pci": "0000:01:00.0", "blocked": blocked, "reason": "mode", "displays": []}),
+            );
             return;
         }
-        _ => json!({"ok": false, "proto": 1, "error": {"code": "bad_request", "message": "fixture daemon: unsupported"}}),
+        _ => {
+            json!({"ok": false, "proto": 1, "error": {"code": "bad_request", "message": "fixture daemon: unsupported"}})
+        }
     };
     let _ = w.write_all(format!("{resp}\n").as_bytes());
 }
