@@ -365,10 +365,7 @@ fn one_tray_per_session() {
         log.contains("another gpuctl tray runs in this session"),
         "{log}"
     );
-    assert_eq!(
-        s.session.items.lock().unwrap().as_slice(),
-        [s.tray.name.clone()]
-    );
+    assert_eq!(*s.session.items.lock().unwrap(), vec![s.tray.name.clone()]);
     assert_eq!(s.item.title().unwrap(), "gpuctl: hybrid mode, dGPU asleep");
 }
 

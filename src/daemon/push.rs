@@ -138,6 +138,27 @@ pub fn redact(event: &Value, uid: Option<u32>, privileged: bool, viewer: Option<
     v
 }
 
+impl super::Daemon {
+    /// Sends every subscriber what changed this turn.
+    pub(super) fn announce(&mut self, server: &mut super::server::Server) {
+        let changed = self.push.changes(&self.inventory, &self.choice, &self.plan);
+        let queued = std::mem::take(&mut self.push.outbox);
+        if server.subscribers() == 0 {
+            return;
+        }
+        let all = changed
+            .into_iter()
+            .map(|event| Outgoing { event, uid: None })
+            .chain(queued);
+        for e in all {
+            server.broadcast(&|c: &super::server::Conn| {
+                let viewer = c.peer.as_ref().map(|p| p.uid);
+                Some(redact(&e.event, e.uid, c.privileged, viewer))
+            });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,26 +262,5 @@ mod tests {
         );
         assert_eq!(redact(&e, Some(1000), false, Some(1000))["pid"], 5);
         assert_eq!(redact(&e, Some(1000), true, Some(0))["comm"], "game");
-    }
-}
-
-impl super::Daemon {
-    /// Sends every subscriber what changed this turn.
-    pub(super) fn announce(&mut self, server: &mut super::server::Server) {
-        let changed = self.push.changes(&self.inventory, &self.choice, &self.plan);
-        let queued = std::mem::take(&mut self.push.outbox);
-        if server.subscribers() == 0 {
-            return;
-        }
-        let all = changed
-            .into_iter()
-            .map(|event| Outgoing { event, uid: None })
-            .chain(queued);
-        for e in all {
-            server.broadcast(&|c: &super::server::Conn| {
-                let viewer = c.peer.as_ref().map(|p| p.uid);
-                Some(redact(&e.event, e.uid, c.privileged, viewer))
-            });
-        }
     }
 }

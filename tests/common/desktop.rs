@@ -246,6 +246,11 @@ impl Session {
     }
 }
 
+/// SNI `ToolTip`: icon name, icon pixmaps, title, body.
+pub type ToolTip = (String, Vec<(i32, i32, Vec<u8>)>, String, String);
+/// dbusmenu layout node: id, properties, children (each a variant node).
+pub type MenuNode = (i32, HashMap<String, OwnedValue>, Vec<OwnedValue>);
+
 #[zbus::proxy(
     interface = "org.kde.StatusNotifierItem",
     default_path = "/StatusNotifierItem"
@@ -256,7 +261,7 @@ pub trait Item {
     #[zbus(property)]
     fn title(&self) -> zbus::Result<String>;
     #[zbus(property)]
-    fn tool_tip(&self) -> zbus::Result<(String, Vec<(i32, i32, Vec<u8>)>, String, String)>;
+    fn tool_tip(&self) -> zbus::Result<ToolTip>;
     #[zbus(property)]
     fn menu(&self) -> zbus::Result<zbus::zvariant::OwnedObjectPath>;
     #[zbus(property)]
@@ -272,7 +277,7 @@ pub trait Menu {
         parent_id: i32,
         recursion_depth: i32,
         property_names: &[&str],
-    ) -> zbus::Result<(u32, (i32, HashMap<String, OwnedValue>, Vec<OwnedValue>))>;
+    ) -> zbus::Result<(u32, MenuNode)>;
     fn event(&self, id: i32, event_id: &str, data: &DValue<'_>, timestamp: u32)
         -> zbus::Result<()>;
 }
