@@ -365,6 +365,8 @@ impl Tray {
         let name = format!("org.kde.StatusNotifierItem-{}-1", std::process::id());
         let conn = zbus::blocking::connection::Builder::session()
             .context("no D-Bus session bus (DBUS_SESSION_BUS_ADDRESS)")?
+            // A hung notification server or watcher must not hang the tray.
+            .method_timeout(std::time::Duration::from_secs(2))
             .build()
             .context("connecting to the D-Bus session bus")?;
         // One tray per session (the autostart entry and the user unit may
