@@ -172,6 +172,17 @@ fn a_menu_click_blocks_the_dgpu_and_the_icon_follows_within_100ms() {
         "{n:#?}"
     );
 
+    // `status` says why integrated is not available now; the menu shows it.
+    let why = r.env.json(&["status"])["modes"]["integrated"].clone();
+    assert!(why.as_str().is_some_and(|w| w.contains("display")), "{why}");
+    let (_, entries) = wait_for("integrated shown unavailable", 10, || {
+        let (x, e) = menu_entries(&r.menu);
+        e.iter()
+            .any(|e| e.label.starts_with("Integrated (unavailable: refused"))
+            .then_some((x, e))
+    });
+    assert!(!find(&entries, "Integrated").enabled);
+
     // Manual mode: blocking a GPU that drives a display is refused, and said.
     let (_, entries) = menu_entries(&r.menu);
     click(&r.menu, find(&entries, "Manual").id);
@@ -243,4 +254,63 @@ fn outside_the_group_the_tray_says_so_and_a_member_may_switch() {
         (r.env.json(&["get"])["mode"] == "integrated").then_some(())
     });
     assert_eq!(r.env.open_errno(226, 0), EPERM);
+}
+
+/// `gpuctl run` grants are pushed as `grant` events; a plain user's stream
+/// shows root's grant without its pid and command name.
+#[test]
+fn grants_are_pushed_with_the_privacy_rule() {
+    if !root_or_skip("grants_are_pushed_with_the_privacy_rule") {
+        return;
+    }
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    assert!(env.gpuctl(&["set", "smart"]).status.success());
+    let root = events(&env);
+    assert_eq!(
+        root.recv_timeout(Duration::from_secs(10)).unwrap().0["ok"],
+        true
+    );
+    // A plain user's stream (SO_PEERCRED says uid 65534).
+    let mut cmd = std::process::Command::new(common::harness::BIN);
+    cmd.args(["events", "--json"])
+        .env("GPUCTL_SOCKET", env.socket())
+        .stdout(std::process::Stdio::piped());
+    std::os::unix::process::CommandExt::uid(&mut cmd, NOBODY);
+    std::os::unix::process::CommandExt::gid(&mut cmd, NOBODY);
+    let mut plain = KillOnDrop(cmd.spawn().unwrap());
+    let out = BufReader::new(plain.0.stdout.take().unwrap());
+    let (tx, plain_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for l in out.lines().map_while(Result::ok) {
+            if tx.send(serde_json::from_str::<Value>(&l).unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    wait_for("both streams", 10, || {
+        (env.json(&["status"])["events"] == true).then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let run = env.gpuctl(&["run", "--", "true"]);
+    assert!(run.status.success(), "{}", common::harness::describe(&run));
+    let (g, _) = next_event(&root, "grant");
+    assert_eq!(g["gpus"], serde_json::json!([1]));
+    assert_eq!(g["how"], "run");
+    assert_eq!(g["uid"], 0);
+    assert!(g["pid"].as_u64().is_some_and(|p| p > 0), "{g}");
+    assert!(g["comm"].is_string(), "{g}");
+    let g = loop {
+        let v = plain_rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("no grant for the plain user");
+        if v["event"] == "grant" {
+            break v;
+        }
+    };
+    assert_eq!(
+        (g["pid"].clone(), g["comm"].clone(), g["uid"].clone()),
+        (Value::Null, Value::Null, Value::Null)
+    );
+    assert_eq!(g["gpus"], serde_json::json!([1]));
 }
