@@ -116,7 +116,7 @@ lint:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
 	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh) packaging/*.sh \
-		$(wildcard tests/distro/*.sh tests/distro/guest/*.sh)
+		$(wildcard tests/distro/*.sh tests/distro/guest/*)
 
 fmt:
 	$(CARGO) fmt

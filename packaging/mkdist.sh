@@ -21,7 +21,7 @@ cd "$repo"
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n1)
 [[ -n $version ]] || die "no version in Cargo.toml"
 name=gpuctl-$version
-command -v git >/dev/null && git rev-parse --git-dir >/dev/null 2>&1 || die "needs a git checkout"
+git rev-parse --git-dir >/dev/null 2>&1 || die "needs a git checkout (and git)"
 : "${SOURCE_DATE_EPOCH:=$(git log -1 --format=%ct)}"
 export SOURCE_DATE_EPOCH
 

@@ -160,8 +160,7 @@ mke2fs -q -t ext4 -L gpuctl-root -d "$root" "$img" 1536M
 rm -rf "$root"
 
 # --- boot -------------------------------------------------------------------------------
-config_lsm=$CONFIG_LSM
-no_bpf_lsm=$(echo "$config_lsm" | tr ',' '\n' | grep -vx bpf | paste -sd, -)
+no_bpf_lsm=$(echo "${CONFIG_LSM:?kernel.env names no CONFIG_LSM}" | tr ',' '\n' | grep -vx bpf | paste -sd, -)
 rc=0
 for label in main fallback; do
   [[ -z $only || $only == "$label" ]] || continue
