@@ -43,7 +43,7 @@ RELEASE_ENV := RUSTFLAGS="$(strip $(RUSTFLAGS) $(STATIC_RUSTFLAGS) $(REMAP))" \
 	LIBBPF_SYS_EXTRA_CFLAGS="$(strip $(LIBBPF_SYS_EXTRA_CFLAGS) $(C_REMAP))" \
 	BPF_CFLAGS="$(strip $(BPF_CFLAGS) $(C_REMAP))" \
 	CARGO_PROFILE_RELEASE_STRIP=$(if $(filter 1,$(STRIP)),true,false) \
-	CARGO_PROFILE_RELEASE_DEBUG=$(if $(filter 1,$(STRIP)),false,limited)
+	CARGO_PROFILE_RELEASE_DEBUG=$(if $(filter 1,$(STRIP)),false,line-tables-only)
 
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev \
