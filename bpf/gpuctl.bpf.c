@@ -9,8 +9,15 @@
  *
  * Two enforcement backends share the maps and the decision (`decide`):
  * - cgroup/dev (any cgroup-v2 system): a denied open fails with EPERM.
- * - lsm/file_open + lsm/inode_getattr (BPF LSM active): the node looks
- *   absent (ENOENT); the blocked GPU's sysfs config/resource/rom files too.
+ * - lsm/file_open (BPF LSM active): a denied open fails with EPERM, and the
+ *   blocked GPU's sysfs config/resource/rom files are denied too.
+ *
+ * Either way a blocked node is *present and unopenable*: stat, access(F_OK)
+ * and bind mounts see it, only open fails. It cannot be made absent to
+ * every call (access(F_OK) reaches only the inode_permission hook, which
+ * runs on every path component of every lookup: DESIGN §2 rules it out),
+ * and a node that stat hides but access shows breaks Flatpak (it binds
+ * what access finds; bwrap then cannot stat it and aborts).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -22,13 +29,14 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* Macros, not BTF: defined here (values from the kernel's UAPI headers). */
 #define EPERM 1
-#define ENOENT 2
 #define S_IFMT 00170000
 #define S_IFCHR 0020000
 #define S_IFREG 0100000
 #define SYSFS_MAGIC 0x62656572
 #define MINORBITS 20
 #define MINORMASK ((1U << MINORBITS) - 1)
+/* NSEC_PER_SEC / USER_HZ: /proc/<pid>/stat counts start times in 1/100 s. */
+#define NSEC_PER_USER_TICK 10000000ULL
 
 /*
  * Load-time constants, set by the loader between open and load. Branches on
@@ -96,6 +104,19 @@ struct {
 	__type(value, struct rate);
 } event_rate SEC(".maps");
 
+/*
+ * Environment grants: every string an exec is granted for (DRI_PRIME=pci-…,
+ * MESA_VK_DEVICE_SELECT=vid:did, __NV_PRIME_RENDER_OFFLOAD=1, …), with the
+ * GPUs it grants. The daemon fills it from its inventory (src/envgrant.rs),
+ * so the kernel parses nothing and grants exactly what the loaders select.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GPUCTL_MAX_ENV_KEYS);
+	__type(key, struct env_key);
+	__type(value, __u32);
+} env_grants SEC(".maps");
+
 struct env_buf {
 	char s[GPUCTL_ENV_STR_MAX];
 };
@@ -144,8 +165,30 @@ static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u
 	e->gpu = gpu;
 	e->major = major;
 	e->minor = minor;
+	e->uid = bpf_get_current_uid_gid() & 0xffffffff;
+	e->pad = 0;
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* A process's start time as /proc/<pid>/stat gives it (field 22). */
+static __always_inline __u64 start_ticks(struct task_struct *task)
+{
+	return task->group_leader->start_boottime / NSEC_PER_USER_TICK;
+}
+
+/*
+ * The grant of the current process, if it holds one: an entry for its tgid
+ * that was made for this very process (a grant left by an exited process
+ * whose pid was reused does not count).
+ */
+static __always_inline struct grant *current_grant(__u32 tgid)
+{
+	struct grant *g = bpf_map_lookup_elem(&grants, &tgid);
+
+	if (g && g->start != start_ticks(bpf_get_current_task_btf()))
+		return NULL;
+	return g;
 }
 
 /*
@@ -161,7 +204,7 @@ static __always_inline bool decide(const struct dev_rule *rule, __u32 tgid)
 		return false;
 	if (!(rule->flags & (GPUCTL_RULE_GRANTABLE | GPUCTL_RULE_ONLY_HIDE)))
 		return true;
-	g = bpf_map_lookup_elem(&grants, &tgid);
+	g = current_grant(tgid);
 	if (rule->flags & GPUCTL_RULE_ONLY_HIDE)
 		return g && (g->flags & GPUCTL_GRANT_ONLY) && !(g->gpus & (1U << (rule->gpu & 31)));
 	return !(g && (g->gpus & (1U << (rule->gpu & 31))));
@@ -204,15 +247,13 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 }
 
 /*
- * LSM backend: the shared check of file_open and inode_getattr. Returns the
- * rule that denies `inode` to the current task, or NULL. Anything that is
- * not a char device (or, for opens, a sysfs file) leaves after one load.
- * Fields are read with direct (BTF, CO-RE-relocated) loads, not
- * bpf_probe_read_kernel calls: this runs on every open and stat while
- * something is blocked.
+ * LSM backend: the check of file_open. Returns the rule that denies `inode`
+ * to the current task, or NULL. Anything that is not a char device or a
+ * sysfs file leaves after one load. Fields are read with direct (BTF,
+ * CO-RE-relocated) loads, not bpf_probe_read_kernel calls: this runs on
+ * every open while something is blocked.
  */
-static __always_inline struct dev_rule *lsm_check(struct inode *inode, bool files,
-						  struct dev_key *devkey)
+static __always_inline struct dev_rule *lsm_check(struct inode *inode, struct dev_key *devkey)
 {
 	umode_t mode = inode->i_mode;
 	struct dev_rule *rule;
@@ -224,7 +265,7 @@ static __always_inline struct dev_rule *lsm_check(struct inode *inode, bool file
 		devkey->major = rdev >> MINORBITS;
 		devkey->minor = rdev & MINORMASK;
 		rule = bpf_map_lookup_elem(&blocked_devs, devkey);
-	} else if (files && (mode & S_IFMT) == S_IFREG) {
+	} else if ((mode & S_IFMT) == S_IFREG) {
 		struct super_block *sb = inode->i_sb;
 		struct file_key fkey = {};
 
@@ -248,7 +289,7 @@ SEC("lsm/file_open")
 int BPF_PROG(gpuctl_file_open, struct file *file)
 {
 	struct dev_key key;
-	struct dev_rule *rule = lsm_check(file->f_inode, true, &key);
+	struct dev_rule *rule = lsm_check(file->f_inode, &key);
 
 	if (!rule)
 		return 0;
@@ -256,19 +297,7 @@ int BPF_PROG(gpuctl_file_open, struct file *file)
 	emit_denied(bpf_get_current_task_btf(), rule->gpu, key.major, key.minor);
 	if (log_level >= GPUCTL_LOG_DENY)
 		bpf_printk("gpuctl: denied open of %u:%u", key.major, key.minor);
-	return -ENOENT;
-}
-
-/* So `stat` agrees with `open`: a blocked node looks absent. */
-SEC("lsm/inode_getattr")
-int BPF_PROG(gpuctl_inode_getattr, const struct path *path)
-{
-	struct dev_key key;
-	struct inode *inode = path->dentry->d_inode;
-
-	if (!inode || !lsm_check(inode, false, &key))
-		return 0;
-	return -ENOENT;
+	return -EPERM;
 }
 
 /*
@@ -294,9 +323,10 @@ int BPF_PROG(gpuctl_fork, struct task_struct *parent, struct task_struct *child)
 	if (ptgid == ctgid)
 		return 0;
 	g = bpf_map_lookup_elem(&grants, &ptgid);
-	if (g) {
+	if (g && g->start == start_ticks(parent)) {
 		struct grant copy = *g;
 
+		copy.start = start_ticks(child);
 		put_grant(ctgid, &copy);
 	}
 	return 0;
@@ -313,36 +343,72 @@ int BPF_PROG(gpuctl_exit, struct task_struct *p)
 	return 0;
 }
 
-static __always_inline bool has_prefix(const char *s, const char *prefix, int n)
+/* The first 8 bytes of a name, as one little-endian load sees them. */
+#define NAME8(a, b, c, d, e, f, g, h)                                                              \
+	((__u64)(a) | (__u64)(b) << 8 | (__u64)(c) << 16 | (__u64)(d) << 24 | (__u64)(e) << 32 |   \
+	 (__u64)(f) << 40 | (__u64)(g) << 48 | (__u64)(h) << 56)
+
+/*
+ * Whether a string may be an offload request: its first 8 bytes against the
+ * names the daemon accepts strings for (src/envgrant.rs NAMES). One load and
+ * a few compares per environment string; a string shorter than 8 bytes has
+ * its NUL in them and matches none.
+ */
+static __always_inline bool env_candidate(const char *s)
 {
-	for (int i = 0; i < n; i++)
-		if (s[i] != prefix[i])
-			return false;
-	return true;
+	__u64 w = *(const __u64 *)s;
+
+	return w == NAME8('D', 'R', 'I', '_', 'P', 'R', 'I', 'M') ||
+	       w == NAME8('M', 'E', 'S', 'A', '_', 'V', 'K', '_') ||
+	       w == NAME8('_', '_', 'N', 'V', '_', 'P', 'R', 'I') ||
+	       w == NAME8('_', '_', 'V', 'K', '_', 'L', 'A', 'Y') ||
+	       w == NAME8('V', 'K', '_', 'L', 'O', 'A', 'D', 'E') ||
+	       w == NAME8('V', 'K', '_', 'I', 'C', 'D', '_', 'F') ||
+	       w == NAME8('V', 'K', '_', 'D', 'R', 'I', 'V', 'E');
 }
 
-/* DRI_PRIME=<non-empty, not "0"> or __NV_PRIME_RENDER_OFFLOAD=1. */
-static __always_inline bool offload_env(const char *s)
+/*
+ * `DRI_PRIME=<decimal N ≥ 1>` (Mesa's atoi; N is clamped to the GPUs
+ * present) becomes `DRI_PRIME=1`, the one such string the daemon accepts.
+ */
+static __always_inline void env_dri_prime_n(struct env_key *k)
 {
-	if (has_prefix(s, "DRI_PRIME=", 10))
-		return s[10] != 0 && !(s[10] == '0' && s[11] == 0);
-	if (has_prefix(s, "__NV_PRIME_RENDER_OFFLOAD=1", 27))
-		return s[27] == 0;
-	return false;
+	bool nonzero = false;
+	int i;
+
+	if (*(__u64 *)k->s != NAME8('D', 'R', 'I', '_', 'P', 'R', 'I', 'M') || k->s[8] != 'E' ||
+	    k->s[9] != '=' || k->s[10] == 0)
+		return;
+	for (i = 10; i < GPUCTL_ENV_KEY_LEN; i++) {
+		char c = k->s[i];
+
+		if (c == 0)
+			break;
+		if (c < '0' || c > '9')
+			return;
+		if (c != '0')
+			nonzero = true;
+	}
+	if (!nonzero)
+		return;
+	__builtin_memset(k->s + 10, 0, GPUCTL_ENV_KEY_LEN - 10);
+	k->s[10] = '1';
 }
 
 struct env_scan {
 	__u64 p;
 	__u64 end;
+	__u32 gpus;
 	bool cont;
-	bool found;
 };
 
 static long env_step(__u32 i, void *data)
 {
 	struct env_scan *c = data;
+	struct env_key key;
 	struct env_buf *buf;
 	__u32 zero = 0;
+	__u32 *mask;
 	long n;
 
 	if (c->p >= c->end)
@@ -353,9 +419,14 @@ static long env_step(__u32 i, void *data)
 	n = bpf_probe_read_user_str(buf->s, sizeof(buf->s), (const void *)c->p);
 	if (n <= 0)
 		return 1;
-	if (!c->cont && offload_env(buf->s)) {
-		c->found = true;
-		return 1;
+	/* Only whole strings short enough to be accepted are looked up. */
+	if (!c->cont && n <= GPUCTL_ENV_KEY_LEN && env_candidate(buf->s)) {
+		__builtin_memset(&key, 0, sizeof(key));
+		bpf_probe_read_kernel(key.s, (__u32)n, buf->s);
+		env_dri_prime_n(&key);
+		mask = bpf_map_lookup_elem(&env_grants, &key);
+		if (mask)
+			c->gpus |= *mask;
 	}
 	/* A string longer than the buffer: continue it, not a new string. */
 	c->cont = n == sizeof(buf->s);
@@ -371,6 +442,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	struct inode *inode;
 	struct app_rule *app;
 	struct env_scan scan = {};
+	struct grant *granted;
 	struct grant g = {};
 
 	inode = bprm->file->f_inode;
@@ -384,11 +456,13 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		}
 		g.gpus = app->gpus;
 		g.how = GPUCTL_GRANT_APP;
+		g.start = start_ticks(p);
 		put_grant(tgid, &g);
 		return 0;
 	}
 	/* Already granted (inherited or `gpuctl run`): the grant survives exec. */
-	if (bpf_map_lookup_elem(&grants, &tgid))
+	granted = bpf_map_lookup_elem(&grants, &tgid);
+	if (granted && granted->start == start_ticks(p))
 		return 0;
 	if (!(smart_cfg & GPUCTL_SMART_ENV))
 		return 0;
@@ -396,10 +470,11 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	scan.p = p->mm->env_start;
 	scan.end = p->mm->env_end;
 	bpf_loop(GPUCTL_ENV_MAX_STRINGS, env_step, &scan, 0);
-	if (!scan.found)
+	if (!scan.gpus)
 		return 0;
-	g.gpus = ~0U;
+	g.gpus = scan.gpus;
 	g.how = GPUCTL_GRANT_ENV;
+	g.start = start_ticks(p);
 	put_grant(tgid, &g);
 	if (log_level >= GPUCTL_LOG_DEBUG)
 		bpf_printk("gpuctl: env grant for %u", tgid);

@@ -21,6 +21,10 @@
 #define GPUCTL_ENV_STR_MAX 4096
 /* Most environment strings the exec scan looks at. */
 #define GPUCTL_ENV_MAX_STRINGS 512
+/* Longest accepted environment string (NAME=value), NUL included. */
+#define GPUCTL_ENV_KEY_LEN 96
+/* Accepted environment strings (the daemon derives them from its inventory). */
+#define GPUCTL_MAX_ENV_KEYS 1024
 /* Denial events per CPU per second, at most. */
 #define GPUCTL_EVENTS_PER_SEC 64
 
@@ -80,12 +84,18 @@ struct file_key {
 	__u64 ino;
 };
 
-/* Value of `grants` (key: tgid). */
+/*
+ * Value of `grants` (key: tgid). A grant is bound to one process, not to a
+ * pid number: `start` is the process's start time in clock ticks since boot
+ * (USER_HZ, as field 22 of /proc/<pid>/stat), and a grant whose `start` is
+ * not the current holder's of that tgid is ignored (the pid was reused).
+ */
 struct grant {
 	/* Bit N: GPU id N may be opened. */
 	__u32 gpus;
 	__u16 how;
 	__u16 flags;
+	__u64 start;
 };
 
 /* Value of `apps`. */
@@ -95,6 +105,11 @@ struct app_rule {
 	__u32 allow;
 };
 
+/* Key of `env_grants`: one environment string, zero-padded. Value: GPU mask. */
+struct env_key {
+	char s[GPUCTL_ENV_KEY_LEN];
+};
+
 /* A denied open, for `gpuctl events`. */
 struct deny_event {
 	__u32 pid;
@@ -102,6 +117,11 @@ struct deny_event {
 	__u32 major;
 	__u32 minor;
 	char comm[16];
+	/* The task's real uid (who may see its pid and comm). */
+	__u32 uid;
+	__u32 pad;
 };
+/* src/bpf.rs (DENY_EVENT_SIZE) parses exactly this layout. */
+_Static_assert(sizeof(struct deny_event) == 40, "struct deny_event layout");
 
 #endif /* GPUCTL_H */

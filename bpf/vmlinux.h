@@ -98,6 +98,8 @@ struct task_struct {
 	char comm[16];
 	struct mm_struct *mm;
 	struct signal_struct *signal;
+	struct task_struct *group_leader;
+	__u64 start_boottime;
 } __attribute__((preserve_access_index));
 
 struct super_block {

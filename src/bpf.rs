@@ -33,6 +33,8 @@ use skel::{GpuctlSkel, GpuctlSkelBuilder, OpenGpuctlSkel};
 
 /// Mirrors `GPUCTL_MAX_GPUS` in `bpf/gpuctl.h`.
 pub const MAX_GPUS: u32 = 32;
+/// `GPUCTL_ENV_KEY_LEN`.
+const ENV_KEY_LEN: usize = crate::envgrant::KEY_LEN;
 const SMART_ENV: u32 = 1;
 const EVENTS_ON: u32 = 2;
 
@@ -40,7 +42,8 @@ const EVENTS_ON: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// `lsm/file_open` + `lsm/inode_getattr`: the node looks absent (ENOENT).
+    /// `lsm/file_open`: the node is present (stat, access, bind mounts
+    /// work) and cannot be opened (EPERM), like the cgroup backend's.
     Lsm,
     /// `cgroup/dev` on the cgroup-v2 root: opens fail with EPERM.
     Cgroup,
@@ -58,8 +61,10 @@ impl Backend {
     pub fn limits(self) -> &'static str {
         match self {
             Backend::Lsm => {
-                "blocked nodes look absent (ENOENT, and stat agrees); the blocked GPU's sysfs \
-                 config, resourceN and rom files are denied too, so lspci cannot wake it"
+                "blocked nodes are present but cannot be opened (EPERM; stat, access and \
+                 bind mounts still see them, so Flatpak and bwrap start); the blocked GPU's \
+                 sysfs config, resourceN and rom files, its audio/USB functions' included, \
+                 are denied too, so lspci cannot wake it"
             }
             Backend::Cgroup => {
                 "blocks opens of the GPU's character devices (EPERM); sysfs files that wake \
@@ -145,6 +150,9 @@ pub struct Grant {
     pub gpus: u32,
     pub how: GrantHow,
     pub only: bool,
+    /// The process's start time (clock ticks since boot, as in
+    /// `/proc/<pid>/stat`): the grant is bound to that process only.
+    pub start: u64,
 }
 
 /// A denied open reported by the kernel (`struct deny_event`).
@@ -155,10 +163,18 @@ pub struct DenyEvent {
     pub gpu: u32,
     /// `226:0`; `0:0` for a sysfs file.
     pub node: DevNum,
+    /// The denied task's real uid.
+    pub uid: u32,
 }
+
+/// `sizeof(struct deny_event)` (a `_Static_assert` in bpf/gpuctl.h).
+const DENY_EVENT_SIZE: usize = 40;
 
 impl DenyEvent {
     fn parse(b: &[u8]) -> Option<DenyEvent> {
+        if b.len() < DENY_EVENT_SIZE {
+            return None;
+        }
         let u = |i: usize| -> Option<u32> {
             Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
         };
@@ -169,6 +185,7 @@ impl DenyEvent {
             gpu: u(4)?,
             node: DevNum::new(u(8)?, u(12)?),
             comm: String::from_utf8_lossy(&comm[..end]).into_owned(),
+            uid: u(32)?,
         })
     }
 }
@@ -185,7 +202,9 @@ pub struct Enforcer {
     /// Smart-mode fork/exec/exit links.
     smart_links: Vec<Link>,
     nodes: BTreeMap<DevNum, NodeRule>,
-    files: BTreeMap<FileId, u32>,
+    files: BTreeMap<FileId, NodeRule>,
+    /// What the `env_grants` map holds (accepted string → GPU mask).
+    env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
 }
 
@@ -212,11 +231,23 @@ pub fn file_key(f: FileId) -> [u8; 16] {
     k
 }
 
-fn grant_bytes(gpus: u32, how: GrantHow, only: bool) -> [u8; 8] {
-    let mut v = [0u8; 8];
-    v[..4].copy_from_slice(&gpus.to_ne_bytes());
-    v[4..6].copy_from_slice(&how.raw().to_ne_bytes());
-    v[6..].copy_from_slice(&u16::from(only).to_ne_bytes());
+/// `struct env_key`: the string, zero-padded to `GPUCTL_ENV_KEY_LEN`.
+fn env_key(s: &str) -> Result<[u8; ENV_KEY_LEN]> {
+    let mut k = [0u8; ENV_KEY_LEN];
+    if s.len() >= ENV_KEY_LEN || s.as_bytes().contains(&0) {
+        bail!("environment string {s:?} does not fit the kernel's key");
+    }
+    k[..s.len()].copy_from_slice(s.as_bytes());
+    Ok(k)
+}
+
+/// `struct grant`.
+fn grant_bytes(g: &Grant) -> [u8; 16] {
+    let mut v = [0u8; 16];
+    v[..4].copy_from_slice(&g.gpus.to_ne_bytes());
+    v[4..6].copy_from_slice(&g.how.raw().to_ne_bytes());
+    v[6..8].copy_from_slice(&u16::from(g.only).to_ne_bytes());
+    v[8..].copy_from_slice(&g.start.to_ne_bytes());
     v
 }
 
@@ -295,7 +326,6 @@ fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
         .context("sizing the grant map")?;
     let lsm = opts.backend == Backend::Lsm;
     open.progs.gpuctl_file_open.set_autoload(lsm);
-    open.progs.gpuctl_inode_getattr.set_autoload(lsm);
     open.progs.gpuctl_cgroup_dev.set_autoload(!lsm);
     Ok(open)
 }
@@ -337,6 +367,7 @@ impl Enforcer {
             smart_links: Vec::new(),
             nodes: BTreeMap::new(),
             files: BTreeMap::new(),
+            env: BTreeMap::new(),
             events: None,
         };
         if opts.backend == Backend::Lsm {
@@ -394,12 +425,7 @@ impl Enforcer {
                     .gpuctl_file_open
                     .attach_lsm()
                     .context("lsm/file_open")?;
-                let getattr = progs
-                    .gpuctl_inode_getattr
-                    .attach_lsm()
-                    .context("lsm/inode_getattr")?;
                 self.block_links.push(open);
-                self.block_links.push(getattr);
             }
         }
         Ok(())
@@ -462,17 +488,36 @@ impl Enforcer {
                     .context("unprotecting a sysfs file")?;
             }
             self.files.retain(|f, _| plan.files.contains_key(f));
+            // In smart mode a grant for the GPU also opens its files (a
+            // granted program may enumerate and use the GPU it was given).
+            let flags = if plan.smart {
+                crate::policy::RULE_GRANTABLE
+            } else {
+                0
+            };
             for (f, gpu) in &plan.files {
-                if self.files.get(f) == Some(gpu) {
+                let rule = NodeRule { gpu: *gpu, flags };
+                if self.files.get(f) == Some(&rule) {
                     continue;
                 }
-                let rule = NodeRule {
-                    gpu: *gpu,
-                    flags: 0,
-                };
                 fmap.update(&file_key(*f), &rule_bytes(rule), MapFlags::ANY)
                     .context("protecting a sysfs file")?;
-                self.files.insert(*f, *gpu);
+                self.files.insert(*f, rule);
+            }
+        }
+
+        // Environment grants: in the map before the exec hook can see them.
+        let emap = &self.skel.maps.env_grants;
+        for k in self.env.keys().filter(|k| !plan.env.contains_key(*k)) {
+            emap.delete(&env_key(k)?)
+                .with_context(|| format!("removing the environment grant {k:?}"))?;
+        }
+        self.env.retain(|k, _| plan.env.contains_key(k));
+        for (k, gpus) in &plan.env {
+            if self.env.get(k) != Some(gpus) {
+                emap.update(&env_key(k)?, &gpus.to_ne_bytes(), MapFlags::ANY)
+                    .with_context(|| format!("adding the environment grant {k:?}"))?;
+                self.env.insert(k.clone(), *gpus);
             }
         }
 
@@ -536,20 +581,29 @@ impl Enforcer {
         Ok(unsafe { std::ptr::read_volatile(&bss.grants_full) })
     }
 
-    /// Grants `pid`'s thread group access to the GPUs in `gpus`; every
-    /// process it forks from now on inherits it. `Ok(false)`: the grant map
-    /// is full, and the process stays denied.
-    pub fn grant(&self, pid: u32, gpus: u32, how: GrantHow, only: bool) -> Result<bool> {
-        let res = self.skel.maps.grants.update(
-            &pid.to_ne_bytes(),
-            &grant_bytes(gpus, how, only),
-            MapFlags::ANY,
-        );
+    /// Grants the process `g.pid` (started at `g.start`) access to the GPUs
+    /// in `g.gpus`; every process it forks from now on inherits it.
+    /// `Ok(false)`: the grant map is full, and the process stays denied.
+    pub fn grant(&self, g: &Grant) -> Result<bool> {
+        let res =
+            self.skel
+                .maps
+                .grants
+                .update(&g.pid.to_ne_bytes(), &grant_bytes(g), MapFlags::ANY);
         match res {
             Ok(()) => Ok(true),
             // E2BIG: the map is at max_entries.
             Err(e) if e.kind() == libbpf_rs::ErrorKind::TooBig => Ok(false),
-            Err(e) => Err(e).with_context(|| format!("granting pid {pid}")),
+            Err(e) => Err(e).with_context(|| format!("granting pid {}", g.pid)),
+        }
+    }
+
+    /// Removes the grant of `pid`, if there is one.
+    pub fn revoke(&self, pid: u32) -> Result<()> {
+        match self.skel.maps.grants.delete(&pid.to_ne_bytes()) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e).with_context(|| format!("revoking the grant of pid {pid}")),
         }
     }
 
@@ -565,6 +619,7 @@ impl Enforcer {
                     gpus: u32::from_ne_bytes(v.get(..4)?.try_into().ok()?),
                     how: GrantHow::from_raw(u16::from_ne_bytes(v.get(4..6)?.try_into().ok()?)),
                     only: u16::from_ne_bytes(v.get(6..8)?.try_into().ok()?) & 1 != 0,
+                    start: u64::from_ne_bytes(v.get(8..16)?.try_into().ok()?),
                 })
             })
             .collect()
@@ -713,6 +768,9 @@ mod tests {
         );
         let r = NodeRule { gpu: 0, flags: 0 };
         assert_eq!(size_of::<skel::types::dev_rule>(), rule_bytes(r).len());
+        assert_eq!(size_of::<skel::types::env_key>(), ENV_KEY_LEN);
+        assert_eq!(&env_key("DRI_PRIME=1").unwrap()[..12], b"DRI_PRIME=1\0");
+        assert!(env_key(&"x".repeat(ENV_KEY_LEN)).is_err());
         let f = FileId {
             dev: DevNum::new(0, 22),
             ino: 1,
@@ -720,8 +778,16 @@ mod tests {
         assert_eq!(size_of::<skel::types::file_key>(), file_key(f).len());
         assert_eq!(
             size_of::<skel::types::grant>(),
-            grant_bytes(0, GrantHow::Run, false).len()
+            grant_bytes(&Grant {
+                pid: 1,
+                gpus: 0,
+                how: GrantHow::Run,
+                only: false,
+                start: 0
+            })
+            .len()
         );
+
         assert_eq!(size_of::<skel::types::app_rule>(), 8);
     }
 
@@ -746,10 +812,12 @@ mod tests {
             b.extend_from_slice(&v.to_ne_bytes());
         }
         b.extend_from_slice(b"firefox\0\0\0\0\0\0\0\0\0");
+        b.extend_from_slice(&1000u32.to_ne_bytes());
+        b.extend_from_slice(&0u32.to_ne_bytes());
         let e = DenyEvent::parse(&b).unwrap();
         assert_eq!(
-            (e.pid, e.gpu, e.node, e.comm.as_str()),
-            (42, 1, DevNum::new(226, 129), "firefox")
+            (e.pid, e.gpu, e.node, e.comm.as_str(), e.uid),
+            (42, 1, DevNum::new(226, 129), "firefox", 1000)
         );
         assert!(DenyEvent::parse(&b[..20]).is_none());
     }

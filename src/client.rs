@@ -14,6 +14,9 @@ use crate::proto::{self, Request, Response, MAX_LINE};
 pub enum ClientError {
     /// Nothing listens on the socket.
     NotRunning(String),
+    /// The daemon is there but did not serve us: too many clients, no
+    /// answer in time, or it closed the connection unanswered.
+    Busy(String),
     /// Connected, but the exchange failed.
     Io(anyhow::Error),
 }
@@ -21,9 +24,71 @@ pub enum ClientError {
 impl std::fmt::Display for ClientError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            ClientError::NotRunning(m) => f.write_str(m),
+            ClientError::NotRunning(m) | ClientError::Busy(m) => f.write_str(m),
             ClientError::Io(e) => write!(f, "{e:#}"),
         }
+    }
+}
+
+fn not_running(socket: &Path) -> ClientError {
+    ClientError::NotRunning(format!(
+        "the gpuctl daemon is not running (nothing listens on {}); \
+         start it with `systemctl start gpuctl` or `gpuctl daemon`",
+        socket.display()
+    ))
+}
+
+/// Connects without ever blocking in `connect(2)`: a daemon whose listen
+/// queue is full answers EAGAIN at once, which is reported as busy.
+fn connect(socket: &Path) -> Result<UnixStream, ClientError> {
+    use nix::sys::socket::{self as sock, AddressFamily, SockFlag, SockType, UnixAddr};
+    let io = |e: nix::Error, what: &str| {
+        ClientError::Io(
+            anyhow::Error::new(std::io::Error::from(e))
+                .context(format!("{what} {}", socket.display())),
+        )
+    };
+    let fd = sock::socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )
+    .map_err(|e| io(e, "creating a socket for"))?;
+    let addr = UnixAddr::new(socket).map_err(|e| io(e, "bad socket path"))?;
+    match sock::connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &addr) {
+        Ok(()) => {}
+        Err(nix::Error::ENOENT | nix::Error::ECONNREFUSED) => return Err(not_running(socket)),
+        Err(nix::Error::EAGAIN) => {
+            return Err(ClientError::Busy(format!(
+                "the gpuctl daemon is busy (its connection queue on {} is full); try again",
+                socket.display()
+            )))
+        }
+        Err(e) => return Err(io(e, "connecting to")),
+    }
+    let stream = UnixStream::from(fd);
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| ClientError::Io(e.into()))?;
+    Ok(stream)
+}
+
+/// An I/O failure talking to a connected daemon, classified.
+fn exchange_error(e: std::io::Error, what: &str) -> ClientError {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        WouldBlock | TimedOut => ClientError::Busy(format!(
+            "the gpuctl daemon did not answer within {} s (it is busy or hung); try again, \
+             or see `journalctl -u gpuctl`",
+            TIMEOUT.as_secs()
+        )),
+        BrokenPipe | ConnectionReset => ClientError::Busy(
+            "the gpuctl daemon closed the connection without answering (too busy, or \
+             restarting); try again"
+                .to_string(),
+        ),
+        _ => ClientError::Io(anyhow::Error::new(e).context(what.to_string())),
     }
 }
 
@@ -33,36 +98,35 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Sends `req` and returns the daemon's response.
 pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| {
-        use std::io::ErrorKind::*;
-        match e.kind() {
-            NotFound | ConnectionRefused => ClientError::NotRunning(format!(
-                "the gpuctl daemon is not running (nothing listens on {}); \
-                 start it with `systemctl start gpuctl` or `gpuctl daemon`",
-                socket.display()
-            )),
-            _ => ClientError::Io(
-                anyhow::Error::new(e).context(format!("connecting to {}", socket.display())),
-            ),
-        }
-    })?;
-    exchange(&mut stream, req).map_err(ClientError::Io)
+    let mut stream = connect(socket)?;
+    exchange(&mut stream, req)
 }
 
-fn exchange(stream: &mut UnixStream, req: &Request) -> anyhow::Result<Response> {
-    stream.set_read_timeout(Some(TIMEOUT))?;
-    stream.set_write_timeout(Some(TIMEOUT))?;
-    stream
-        .write_all(&proto::encode(req))
-        .context("sending the request to the daemon")?;
+fn exchange(stream: &mut UnixStream, req: &Request) -> Result<Response, ClientError> {
+    let setup = |e: std::io::Error| ClientError::Io(e.into());
+    stream.set_read_timeout(Some(TIMEOUT)).map_err(setup)?;
+    stream.set_write_timeout(Some(TIMEOUT)).map_err(setup)?;
+    // The daemon may already have answered `busy` and closed: its answer
+    // is still readable, so a failed write is only reported if no answer
+    // follows.
+    let sent = stream.write_all(&proto::encode(req));
     let mut line = Vec::new();
-    BufReader::new(stream.take(MAX_LINE as u64 * 16))
-        .read_until(b'\n', &mut line)
-        .context("reading the daemon's response")?;
+    let read = BufReader::new(stream.take(MAX_LINE as u64 * 16)).read_until(b'\n', &mut line);
     if line.is_empty() {
-        anyhow::bail!("the daemon closed the connection without answering");
+        if let Err(e) = sent {
+            return Err(exchange_error(e, "sending the request to the daemon"));
+        }
+        if let Err(e) = read {
+            return Err(exchange_error(e, "reading the daemon's response"));
+        }
+        return Err(exchange_error(
+            std::io::ErrorKind::ConnectionReset.into(),
+            "reading the daemon's response",
+        ));
     }
-    serde_json::from_slice(&line).context("the daemon's response is not valid JSON")
+    serde_json::from_slice(&line)
+        .context("the daemon's response is not valid JSON")
+        .map_err(ClientError::Io)
 }
 
 /// Sends `req` and hands every line the daemon sends back to `each` until
@@ -73,18 +137,10 @@ pub fn stream(
     req: &Request,
     mut each: impl FnMut(&serde_json::Value) -> Result<(), serde_json::Value>,
 ) -> Result<(), ClientError> {
-    let mut stream = UnixStream::connect(socket).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-            ClientError::NotRunning(format!(
-                "the gpuctl daemon is not running (nothing listens on {})",
-                socket.display()
-            ))
-        }
-        _ => ClientError::Io(anyhow::Error::new(e).context("connecting")),
-    })?;
+    let mut stream = connect(socket)?;
     stream
         .write_all(&proto::encode(req))
-        .map_err(|e| ClientError::Io(e.into()))?;
+        .map_err(|e| exchange_error(e, "sending the request to the daemon"))?;
     let reader = BufReader::new(stream.take(u64::MAX));
     for line in reader.split(b'\n') {
         let line = line.map_err(|e| ClientError::Io(e.into()))?;
@@ -96,12 +152,15 @@ pub fn stream(
         let v: serde_json::Value = serde_json::from_slice(&line)
             .map_err(|e| ClientError::Io(anyhow::Error::new(e).context("bad event line")))?;
         if let Err(errv) = each(&v) {
-            return Err(ClientError::Io(anyhow::anyhow!(
-                "{}",
-                errv["error"]["message"]
-                    .as_str()
-                    .unwrap_or("the daemon refused")
-            )));
+            let msg = errv["error"]["message"]
+                .as_str()
+                .unwrap_or("the daemon refused")
+                .to_string();
+            return Err(if errv["error"]["code"] == "busy" {
+                ClientError::Busy(msg)
+            } else {
+                ClientError::Io(anyhow::anyhow!("{msg}"))
+            });
         }
     }
     Ok(())

@@ -7,10 +7,12 @@ mod bpf;
 mod cli;
 mod client;
 mod daemon;
+mod envgrant;
 mod gpu;
 mod policy;
 mod procs;
 mod proto;
+mod safefile;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -30,6 +32,9 @@ pub mod exit {
     pub const REFUSED: u8 = 4;
     /// The caller may not change the mode.
     pub const DENIED: u8 = 5;
+    /// The daemon is busy: too many clients, or no answer in time (sysexits'
+    /// EX_TEMPFAIL: try again).
+    pub const BUSY: u8 = 75;
     /// `gpuctl daemon`: this kernel cannot load or attach the BPF programs
     /// (sysexits' EX_CONFIG; the systemd unit does not restart on it).
     pub const UNSUPPORTED: u8 = 78;
@@ -40,7 +45,7 @@ pub mod exit {
     name = "gpuctl",
     version,
     about = "Keep a laptop's discrete GPU asleep: per-device, per-process GPU access control with eBPF",
-    after_help = "Exit codes: 0 ok, 1 error, 2 bad usage, 3 daemon not running, 4 refused, 5 permission denied."
+    after_help = "Exit codes: 0 ok, 1 error, 2 bad usage, 3 daemon not running, 4 refused, 5 permission denied, 75 daemon busy (try again)."
 )]
 pub struct Cli {
     /// The daemon's socket.
@@ -150,7 +155,7 @@ enum Cmd {
     },
     /// Run a program on the offload GPU (smart mode grants it and its children).
     #[command(
-        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender"
+        after_help = "Examples:\n  gpuctl run -- glxgears\n  Steam launch option: gpuctl run -- %command%\n  .desktop file: Exec=gpuctl run -- /usr/bin/blender\n\nWithout gpuctl run, smart mode grants a program exec'd with an offload request the GPU its loader will select: DRI_PRIME=1 (every offload GPU), DRI_PRIME=pci-DDDD_BB_DD_F[!] or vid:did[!] and MESA_VK_DEVICE_SELECT=vid:did[!] (that GPU; nothing when it is the default GPU), __NV_PRIME_RENDER_OFFLOAD=1 and __VK_LAYER_NV_optimus=NVIDIA_only (the NVIDIA offload GPUs), VK_ICD_FILENAMES/VK_DRIVER_FILES/VK_LOADER_DRIVERS_SELECT naming a Vulkan driver only offload GPUs use. Not seen: variables set after exec, Mesa's drirc device_id."
     )]
     Run {
         /// GPU id or PCI address (default: the offload GPU).
@@ -202,6 +207,11 @@ enum AppCmd {
         gpu: Option<String>,
     },
     /// Never grant an executable, even when launched with DRI_PRIME.
+    ///
+    /// A convenience, not a security boundary: it matches the file the
+    /// kernel execs, so the program started through the dynamic loader
+    /// (`ld.so PROG`) or a copy of the binary is not matched. Use integrated
+    /// mode to keep every program off the dGPU.
     Deny { path: PathBuf },
     /// Remove an executable's rule.
     Forget { path: PathBuf },

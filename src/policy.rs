@@ -123,6 +123,9 @@ pub struct Plan {
     pub files: BTreeMap<FileId, u32>,
     /// Smart mode: the fork/exec/exit hooks must be attached.
     pub smart: bool,
+    /// Smart mode: the environment strings an exec is granted for, and the
+    /// GPUs (id mask) each grants ([`crate::envgrant::accepted`]).
+    pub env: BTreeMap<String, u32>,
     /// Ids of the GPUs this plan blocks.
     pub blocked: BTreeSet<u32>,
     /// GPUs the mode asks to block but the rules protect.
@@ -182,7 +185,18 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         Mode::Hybrid => Vec::new(),
         Mode::Integrated | Mode::Smart => {
             if let Some(d) = inv.default_gpu() {
-                if d.discrete == Some(true) {
+                // Only on evidence, never on the `discrete` guess alone: an
+                // integrated GPU is there but is not the default, and the
+                // firmware booted on the dGPU or the internal panel hangs
+                // off it (a MUX switched to the dGPU, a desktop booting on
+                // its card). A guess that calls every GPU discrete is no
+                // evidence of anything.
+                let panel = d.displays.iter().any(|x| x.internal() && x.connected());
+                let igpu_aside = inv
+                    .gpus
+                    .iter()
+                    .any(|g| !g.default && g.discrete == Some(false));
+                if d.discrete == Some(true) && igpu_aside && (d.boot_vga == Some(true) || panel) {
                     return Err(Refusal(format!(
                         "refused: {} mode blocks every GPU but the default one, and \
                          the default GPU here is the discrete {} (a MUX laptop switched to \
@@ -217,6 +231,9 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         smart,
         ..Plan::default()
     };
+    if smart {
+        out.env = crate::envgrant::accepted(inv);
+    }
     for (gpu, force) in targets {
         if let Some(reason) = protect_reason(gpu, force) {
             out.skipped.push(Skip {
@@ -229,7 +246,7 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         for n in &gpu.nodes {
             out.nodes.insert(*n, NodeRule { gpu: gpu.id, flags });
         }
-        for f in &gpu.wake_files {
+        for f in gpu.wake_files.iter().chain(&gpu.enum_files) {
             out.files.insert(*f, gpu.id);
         }
     }
@@ -293,7 +310,9 @@ mod tests {
             power_state: None,
             runtime_status: None,
             displays: Vec::new(),
+            functions: Vec::new(),
             wake_files: Vec::new(),
+            enum_files: Vec::new(),
             blocked: None,
         }
     }
@@ -378,7 +397,7 @@ mod tests {
         let mut inv = laptop();
         inv.gpus[1].displays.push(Display {
             connector: "DP-1".into(),
-            status: "connected".into(),
+            status: Some("connected".into()),
         });
         let err = check(&inv, &choice(Mode::Integrated)).unwrap_err();
         assert!(err.0.contains("connected display (DP-1)"), "{err}");
@@ -398,8 +417,27 @@ mod tests {
         inv.gpus[1].default = true;
         inv.gpus[1].offload = false;
         inv.gpus[1].discrete = Some(true);
+        // The discrete guess alone is no evidence: a switchable laptop whose
+        // GPUs were misjudged must not be refused.
+        inv.gpus[1].boot_vga = None;
+        assert!(plan(&inv, &choice(Mode::Integrated)).is_ok());
+        assert!(plan(&inv, &choice(Mode::Smart)).is_ok());
+        // Evidence 1: the firmware booted on the dGPU.
+        inv.gpus[1].boot_vga = Some(true);
         let err = plan(&inv, &choice(Mode::Integrated)).unwrap_err();
         assert!(err.0.contains("MUX"), "{err}");
+        // Evidence 2: the internal panel is wired to it.
+        inv.gpus[1].boot_vga = None;
+        inv.gpus[1].displays.push(Display {
+            connector: "eDP-1".into(),
+            status: Some("connected".into()),
+        });
+        let err = plan(&inv, &choice(Mode::Smart)).unwrap_err();
+        assert!(err.0.contains("MUX"), "{err}");
+        // Every GPU guessed discrete (a pre-Zen APU misjudged): no
+        // integrated GPU aside, so nothing proves a MUX.
+        inv.gpus[0].discrete = Some(true);
+        assert!(plan(&inv, &choice(Mode::Integrated)).is_ok());
     }
 
     #[test]
@@ -452,7 +490,13 @@ mod tests {
             ino: 4242,
         };
         inv.gpus[1].wake_files.push(f);
-        assert_eq!(plan(&inv, &choice(Mode::Integrated)).unwrap().files[&f], 1);
+        let uevent = FileId {
+            dev: DevNum::new(0, 22),
+            ino: 4243,
+        };
+        inv.gpus[1].enum_files.push(uevent);
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        assert_eq!((p.files[&f], p.files[&uevent]), (1, 1));
         assert!(plan(&inv, &choice(Mode::Hybrid)).unwrap().files.is_empty());
     }
 

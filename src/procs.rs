@@ -19,6 +19,9 @@ pub struct Holder {
     /// The node as the process opened it (`/dev/dri/card1`).
     pub path: String,
     pub node: DevNum,
+    /// The owner of `/proc/<pid>` (the process's effective uid; root for
+    /// a non-dumpable process): who may see this holder's pid and name.
+    pub uid: u32,
 }
 
 fn split_rdev(rdev: u64) -> DevNum {
@@ -83,12 +86,14 @@ pub fn holders(procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
                 })
                 .clone();
             let path = target.to_string_lossy().into_owned();
+            let uid = p.metadata().map(|m| m.uid()).unwrap_or(0);
             out.push(Holder {
                 gpu,
                 pid,
                 comm,
                 path,
                 node,
+                uid,
             });
         }
     }
@@ -109,6 +114,32 @@ mod tests {
         // A minor above 255 uses the high bits.
         let rdev = (226u64 << 8) | (0x12u64 << 20) | 0x34;
         assert_eq!(split_rdev(rdev), DevNum::new(226, 0x1234));
+    }
+
+    #[test]
+    fn names_holders_of_a_gpu_function_sound_node() {
+        // A GPU whose HD-audio function's ALSA node is (here) /dev/null.
+        let f = std::fs::File::open("/dev/null").unwrap();
+        let gpu: crate::gpu::Gpu = serde_json::from_value(serde_json::json!({
+            "id": 1, "pci": "0000:01:00.0", "vendor_id": "10de", "device_id": "25a2",
+            "vendor": null, "name": null, "driver": "nvidia", "default": false,
+            "offload": true, "discrete": true, "boot_vga": false, "card": null,
+            "render": null, "nodes": [], "nvidia_minor": null, "power_state": null,
+            "runtime_status": null, "displays": [], "blocked": null,
+            "functions": [{"pci": "0000:01:00.1", "vendor_id": "10de",
+                "device_id": "2291", "class": "0x040300", "driver": "snd_hda_intel",
+                "power_state": null, "runtime_status": null, "sound_nodes": ["1:3"]}]
+        }))
+        .unwrap();
+        let inv = Inventory { gpus: vec![gpu] };
+        let h = holders_of(&inv, Path::new("/proc"), Some("1")).unwrap();
+        let me = std::process::id();
+        assert!(
+            h.iter()
+                .any(|h| h.pid == me && h.gpu == 1 && h.path == "/dev/null"),
+            "{h:?}"
+        );
+        drop(f);
     }
 
     #[test]

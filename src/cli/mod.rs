@@ -105,14 +105,20 @@ fn run_cmd(
         gpu: gpu.clone(),
         only,
     };
-    let target: gpu::Gpu = match client::request(socket, &req) {
+    let env: Vec<(String, String)> = match client::request(socket, &req) {
         Ok(resp) if resp.ok => {
-            match resp
-                .data
-                .and_then(|d| serde_json::from_value(d["gpu"].clone()).ok())
-            {
-                Some(g) => g,
-                None => {
+            let data = resp.data.unwrap_or_default();
+            let target: Option<gpu::Gpu> = serde_json::from_value(data["gpu"].clone()).ok();
+            match (target, data["env"].as_object()) {
+                // The daemon knows every GPU (the NVIDIA provider needs them).
+                (Some(_), Some(env)) => env
+                    .iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect(),
+                (Some(g), None) => owned(g.offload_env(&gpu::Inventory {
+                    gpus: vec![g.clone()],
+                })),
+                (None, _) => {
                     eprintln!("gpuctl: the daemon's answer names no GPU");
                     return exit::ERROR;
                 }
@@ -126,7 +132,7 @@ fn run_cmd(
                 Err(code) => return code,
             };
             match inv.run_target(gpu.as_deref()) {
-                Ok(g) => g.clone(),
+                Ok(g) => owned(g.offload_env(&inv)),
                 Err(e) => {
                     eprintln!("gpuctl: {e}");
                     return exit::USAGE;
@@ -137,7 +143,7 @@ fn run_cmd(
     };
     let err = std::process::Command::new(&command[0])
         .args(&command[1..])
-        .envs(target.offload_env())
+        .envs(env)
         .exec();
     eprintln!("gpuctl: cannot run {}: {err}", command[0]);
     if err.kind() == std::io::ErrorKind::NotFound {
@@ -145,6 +151,10 @@ fn run_cmd(
     } else {
         126
     }
+}
+
+fn owned(env: Vec<(&'static str, String)>) -> Vec<(String, String)> {
+    env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
@@ -264,14 +274,7 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
     });
     match res {
         Ok(()) => exit::OK,
-        Err(ClientError::NotRunning(m)) => {
-            eprintln!("gpuctl: {m}");
-            exit::NOT_RUNNING
-        }
-        Err(ClientError::Io(e)) => {
-            eprintln!("gpuctl: {e:#}");
-            exit::ERROR
-        }
+        Err(e) => client_error(&e),
     }
 }
 
@@ -309,7 +312,8 @@ fn exit_for(code: Code) -> u8 {
         Code::BadRequest | Code::UnknownGpu | Code::UnsupportedVersion => exit::USAGE,
         Code::Refused => exit::REFUSED,
         Code::PermissionDenied => exit::DENIED,
-        Code::TooLarge | Code::Timeout | Code::Internal | Code::Busy => exit::ERROR,
+        Code::Busy => exit::BUSY,
+        Code::TooLarge | Code::Timeout | Code::Internal => exit::ERROR,
     }
 }
 
@@ -338,6 +342,7 @@ fn client_error(e: &ClientError) -> u8 {
     eprintln!("gpuctl: {e}");
     match e {
         ClientError::NotRunning(_) => exit::NOT_RUNNING,
+        ClientError::Busy(_) => exit::BUSY,
         ClientError::Io(_) => exit::ERROR,
     }
 }

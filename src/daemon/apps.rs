@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use nix::sys::inotify::AddWatchFlags;
 use serde_json::{json, Value};
 
+use super::server::Server;
 use super::{state, Daemon};
 use crate::policy::AppRule;
 use crate::proto::{AppAction, Code, Response};
@@ -24,7 +25,7 @@ impl Daemon {
         let apps = self.choice.apps.clone();
         for (path, rule) in &apps {
             match self.install_app(path, rule) {
-                Ok(()) => {
+                Ok(_) => {
                     self.app_errors.remove(path);
                 }
                 Err(e) => {
@@ -50,7 +51,9 @@ impl Daemon {
         }
     }
 
-    fn install_app(&mut self, path: &str, rule: &AppRule) -> Result<()> {
+    /// Installs the rule under the kernel's identity of `path`; returns the
+    /// O_PATH handle of exactly the file that was installed.
+    fn install_app(&mut self, path: &str, rule: &AppRule) -> Result<std::fs::File> {
         self.watch_dir_of(path);
         // O_PATH: never blocks (a FIFO would stall the loop on a plain
         // open) and reads nothing; the kernel still knows the inode.
@@ -67,7 +70,7 @@ impl Daemon {
         let mask = self.app_mask(rule);
         self.enforcer.set_app(id, Some((mask, rule.allow)))?;
         self.app_ids.insert(path.to_string(), id);
-        Ok(())
+        Ok(f)
     }
 
     /// Watches the directory holding `path` (once per directory).
@@ -82,7 +85,9 @@ impl Daemon {
             | AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_CLOSE_WRITE
             | AddWatchFlags::IN_DELETE
-            | AddWatchFlags::IN_MOVED_FROM;
+            | AddWatchFlags::IN_MOVED_FROM
+            // The socket's directory may be watched too: add, not replace.
+            | AddWatchFlags::from_bits_retain(libc::IN_MASK_ADD);
         match self.inotify.add_watch(dir, mask) {
             Ok(wd) => {
                 self.watches.insert(wd, dir.to_path_buf());
@@ -94,13 +99,26 @@ impl Daemon {
         }
     }
 
-    /// Re-resolves the app rules whose file changed in a watched directory.
-    pub(super) fn on_inotify(&mut self) {
+    /// Re-resolves the app rules whose file changed in a watched directory;
+    /// re-creates the socket if its file was deleted.
+    pub(super) fn on_inotify(&mut self, server: &mut Server) {
         let Ok(events) = self.inotify.read_events() else {
             return;
         };
         let mut touched = Vec::new();
         for ev in events {
+            if Some(ev.wd) == self.socket_watch
+                && ev.name.as_deref() == server.path().file_name()
+                && !server.socket_present()
+            {
+                match server.rebind() {
+                    Ok(()) => log!(
+                        "the socket {} was removed; listening on a new one",
+                        server.path().display()
+                    ),
+                    Err(e) => log!("re-creating the socket failed: {e:#}"),
+                }
+            }
             let (Some(dir), Some(name)) = (self.watches.get(&ev.wd), ev.name) else {
                 continue;
             };
@@ -117,7 +135,7 @@ impl Daemon {
                 let _ = self.enforcer.set_app(old, None);
             }
             match self.install_app(&path, &rule) {
-                Ok(()) => {
+                Ok(_) => {
                     self.app_errors.remove(&path);
                     log!("app rule for {path} re-resolved (the file was replaced)");
                 }
@@ -182,10 +200,11 @@ impl Daemon {
                 if let Some(old) = self.app_ids.remove(&canon) {
                     let _ = self.enforcer.set_app(old, None);
                 }
-                if let Err(e) = self.install_app(&canon, &rule) {
-                    return Response::err(Code::BadRequest, format!("{e:#}"));
-                }
-                note = script_note(&canon);
+                let file = match self.install_app(&canon, &rule) {
+                    Ok(f) => f,
+                    Err(e) => return Response::err(Code::BadRequest, format!("{e:#}")),
+                };
+                note = script_note(&canon, &file);
                 choice.apps.insert(canon.clone(), rule);
             }
             AppAction::List => {
@@ -201,10 +220,16 @@ impl Daemon {
 }
 
 /// `#!` scripts: exec runs the interpreter, so a rule keyed on the script
-/// never matches. Say so, with the interpreter.
-fn script_note(path: &str) -> Option<String> {
+/// never matches. Say so, with the interpreter. The file read is the one
+/// the rule was installed for (re-opened through its O_PATH handle, never
+/// by path: a FIFO swapped in at the path meanwhile must not hang the
+/// daemon), without blocking, and only if it is a regular file.
+fn script_note(path: &str, file: &std::fs::File) -> Option<String> {
+    use std::os::fd::AsRawFd;
     let mut head = [0u8; 256];
-    let n = std::io::Read::read(&mut std::fs::File::open(path).ok()?, &mut head).ok()?;
+    let fdpath = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let mut f = crate::safefile::open_regular(std::path::Path::new(&fdpath), false).ok()?;
+    let n = std::io::Read::read(&mut f, &mut head).ok()?;
     let line = head[..n].strip_prefix(b"#!")?;
     let end = line.iter().position(|&b| b == b'\n').unwrap_or(line.len());
     let interp = String::from_utf8_lossy(&line[..end]).trim().to_string();

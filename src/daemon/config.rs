@@ -7,6 +7,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::bpf::LogLevel;
+use crate::safefile::{self, ReadError};
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -36,26 +37,34 @@ impl Default for Config {
 }
 
 /// Reads the config; returns it and, when the file was unusable, the log
-/// line that says so.
+/// line that says so. The file is opened without blocking (a FIFO does not
+/// hang the daemon), must be a regular file (a symlink to one is fine: the
+/// admin's /etc may be managed that way) of at most 1 MiB. Out-of-range
+/// values are reported and replaced by their defaults, key by key.
 pub fn load(path: &Path) -> (Config, Option<String>) {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Config::default(), None),
+    let text = match safefile::read_capped(path, safefile::MAX_FILE) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(ReadError::Missing) => return (Config::default(), None),
         Err(e) => {
             return (
                 Config::default(),
                 Some(format!(
-                    "cannot read config {}: {e}; using defaults",
+                    "cannot use config {}: {e}; using defaults",
                     path.display()
                 )),
             )
         }
     };
     match toml::from_str::<Config>(&text) {
-        Ok(c) => (c, None),
+        Ok(mut c) => {
+            let warn = c
+                .sanitize()
+                .map(|w| format!("config {}: {w}", path.display()));
+            (c, warn)
+        }
         Err(e) => {
-            let bad = super::state::bad_path(path);
-            let kept = match std::fs::write(&bad, &text) {
+            let bad = safefile::bad_path(path);
+            let kept = match safefile::write_new(&bad, text.as_bytes(), 0o600) {
                 Ok(()) => format!("a copy is at {}", bad.display()),
                 Err(we) => format!("could not copy it to {}: {we}", bad.display()),
             };
@@ -69,10 +78,28 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
     }
 }
 
+/// The range `max_grants` may take (the kernel map is allocated at load).
+pub const MAX_GRANTS_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;
+
 /// Every key, for listings and errors.
 pub const KEYS: [&str; 4] = ["group", "bpf_log", "env_grants", "max_grants"];
 
 impl Config {
+    /// Replaces out-of-range values by their defaults; says what it did.
+    pub fn sanitize(&mut self) -> Option<String> {
+        if !MAX_GRANTS_RANGE.contains(&self.max_grants) {
+            let was = self.max_grants;
+            self.max_grants = Config::default().max_grants;
+            return Some(format!(
+                "max_grants = {was} is out of range ({}..={}); using {}",
+                MAX_GRANTS_RANGE.start(),
+                MAX_GRANTS_RANGE.end(),
+                self.max_grants
+            ));
+        }
+        None
+    }
+
     /// The config as `key → value` JSON.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or_default()
@@ -94,8 +121,8 @@ pub fn edit(text: &str, key: &str, value: &str) -> Result<(String, Config), Stri
             "false" | "off" | "no" => toml_edit::value(false),
             _ => return Err(format!("{key} is true or false, not {value:?}")),
         },
-        "max_grants" => match value.parse::<i64>() {
-            Ok(n) if (1..=1_000_000).contains(&n) => toml_edit::value(n),
+        "max_grants" => match value.parse::<u32>() {
+            Ok(n) if MAX_GRANTS_RANGE.contains(&n) => toml_edit::value(i64::from(n)),
             _ => {
                 return Err(format!(
                     "{key} is a number from 1 to 1000000, not {value:?}"
@@ -153,6 +180,21 @@ mod tests {
         assert!(p.exists(), "the admin's file is left in place");
         let (_, warn) = load(&dir.join("missing.toml"));
         assert!(warn.is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn out_of_range_max_grants_is_replaced_not_fatal() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-cfg-mg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("gpuctl.toml");
+        for bad in ["0", "4000000000"] {
+            std::fs::write(&p, format!("group = \"video\"\nmax_grants = {bad}\n")).unwrap();
+            let (c, warn) = load(&p);
+            assert_eq!(c.group, "video", "the rest of the file still applies");
+            assert_eq!(c.max_grants, Config::default().max_grants);
+            assert!(warn.unwrap().contains("out of range"));
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

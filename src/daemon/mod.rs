@@ -10,8 +10,7 @@ pub mod state;
 mod uevent;
 
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixStream;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,13 @@ use crate::procs;
 use crate::proto::{Code, Request, Response};
 use auth::Peer;
 use config::Config;
-use server::Server;
+use server::{Conn, Server};
+use signals::{Signals, Watchdog};
+
+/// Read requests within this time of the last one share one discovery
+/// (sysfs) and one `who` scan (procfs): a burst of `status`/`who` costs
+/// one read of the hardware, not one each.
+const SHARED_READ_WINDOW: Duration = Duration::from_millis(250);
 
 /// Marks a start-up failure that a restart cannot fix (this kernel cannot
 /// load or attach the BPF programs): the daemon exits with `EX_CONFIG` (78),
@@ -70,6 +75,8 @@ macro_rules! log {
 
 // After `log!`: macro_rules are visible to modules declared below them.
 mod apps;
+mod grants;
+mod signals;
 
 /// The daemon's state. Dropping it detaches every program (fail-open).
 struct Daemon {
@@ -98,22 +105,28 @@ struct Daemon {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// When grants were last checked against live processes.
+    last_sweep: Option<Instant>,
+    /// When the inventory was last re-read for a read request.
+    refreshed: Option<Instant>,
+    /// The last `who` scan (every holder of every GPU) and when it ran.
+    who_cache: Option<(Instant, Vec<procs::Holder>)>,
+    /// The single-instance lock (flock on the state directory).
+    _lock: OwnedFd,
+    /// The inotify watch on the socket's directory.
+    socket_watch: Option<WatchDescriptor>,
 }
 
 pub fn run(opts: Options) -> Result<()> {
+    // Signals first, so a SIGTERM during start-up is not lost.
+    let sigs = Signals::install()?;
+    // One daemon per state directory, whatever happened to the socket file.
+    let lock = signals::lock_state_dir(&opts.state_dir)?;
     let (config, warn) = config::load(&opts.config);
     if let Some(w) = warn {
         log!("{w}");
     }
     bpf::init_logging(opts.verbose);
-
-    // Signals first, so a SIGTERM during start-up is not lost.
-    let (sig_rx, sig_tx) = UnixStream::pair().context("creating the signal pipe")?;
-    sig_rx.set_nonblocking(true)?;
-    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::low_level::pipe::register(sig, sig_tx.try_clone()?)
-            .context("installing signal handlers")?;
-    }
 
     let state_path = opts.state_dir.join("state.json");
     let (choice, warn) = state::load(&state_path);
@@ -140,6 +153,11 @@ pub fn run(opts: Options) -> Result<()> {
         watches: BTreeMap::new(),
         dirty: false,
         save_error: None,
+        last_sweep: None,
+        refreshed: None,
+        who_cache: None,
+        _lock: lock,
+        socket_watch: None,
         uevents: match uevent::Uevents::open() {
             Ok(u) => Some(u),
             Err(e) => {
@@ -152,6 +170,8 @@ pub fn run(opts: Options) -> Result<()> {
     d.load_apps();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
+    // Grants of processes that outlived the previous daemon.
+    d.restore_grants();
     log!(
         "started: backend {}{}, mode {}, {} GPU(s), blocking {}",
         d.enforcer.backend(),
@@ -164,11 +184,19 @@ pub fn run(opts: Options) -> Result<()> {
         describe_blocked(&d.plan)
     );
 
+    if std::os::unix::net::UnixStream::connect(&opts.socket).is_ok() {
+        bail!(
+            "another gpuctl daemon is already listening on {}",
+            opts.socket.display()
+        );
+    }
     let mut server = Server::bind(&opts.socket)?;
+    d.watch_socket_dir(&server);
     if let Err(e) = notify::notify("READY=1") {
         log!("{e:#}");
     }
-    event_loop(&mut d, &mut server, &sig_rx)?;
+    event_loop(&mut d, &mut server, &sigs)?;
+    d.save_grants();
     log!("stopping; every block is lifted");
     Ok(())
 }
@@ -232,24 +260,41 @@ fn describe_blocked(plan: &Plan) -> String {
     }
 }
 
-fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Result<()> {
+fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()> {
+    let mut watchdog = Watchdog::from_env();
     loop {
         let now = Instant::now();
         server.reap(now);
+        if let Some(w) = &mut watchdog {
+            w.tick(now);
+        }
         // Nobody listens any more: the kernel stops emitting events.
         if server.subscribers() == 0 && d.enforcer.events_fd().is_some() {
             d.enforcer.set_events(false)?;
         }
-        let timeout = match server.next_deadline() {
-            Some(t) => {
-                PollTimeout::try_from(t.saturating_duration_since(now) + Duration::from_millis(1))
-                    .unwrap_or(PollTimeout::MAX)
+        // Requests already buffered are served without sleeping.
+        let wake_at = [
+            server.next_deadline(),
+            watchdog.as_ref().map(Watchdog::deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timeout = if server.has_work() {
+            PollTimeout::ZERO
+        } else {
+            match wake_at {
+                Some(t) => PollTimeout::try_from(
+                    t.saturating_duration_since(now) + Duration::from_millis(1),
+                )
+                .unwrap_or(PollTimeout::MAX),
+                None => PollTimeout::NONE,
             }
-            None => PollTimeout::NONE,
         };
         let events_fd = d.enforcer.events_fd();
-        let mut fds: Vec<PollFd> = Vec::with_capacity(4 + server.conns.len());
-        fds.push(PollFd::new(sig_rx.as_fd(), PollFlags::POLLIN));
+        let mut fds: Vec<PollFd> = Vec::with_capacity(6 + server.conns.len());
+        fds.push(PollFd::new(sigs.stop.as_fd(), PollFlags::POLLIN));
+        fds.push(PollFd::new(sigs.reload.as_fd(), PollFlags::POLLIN));
         fds.push(server.listener_fd());
         fds.push(PollFd::new(d.inotify.as_fd(), PollFlags::POLLIN));
         let uevent_at = fds.len();
@@ -273,13 +318,16 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
             .collect();
         drop(fds);
 
-        if !revents[0].is_empty() {
+        if !revents[0].is_empty() && signals::drain(&sigs.stop) {
             d.persist();
             return Ok(());
         }
+        if !revents[1].is_empty() && signals::drain(&sigs.reload) {
+            d.reload();
+        }
         let now = Instant::now();
-        if !revents[2].is_empty() {
-            d.on_inotify();
+        if !revents[3].is_empty() {
+            d.on_inotify(server);
         }
         if events_at > uevent_at
             && !revents[uevent_at].is_empty()
@@ -289,24 +337,31 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sig_rx: &UnixStream) -> Resul
         }
         if first_conn > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
-                let line = json!({
-                    "event": "denied",
-                    "pid": e.pid,
-                    "comm": e.comm,
-                    "gpu": e.gpu,
-                    "node": e.node,
+                // Other users' pids and command names only to root and the
+                // group; a plain user sees their own, and the count.
+                server.broadcast(&|c: &Conn| {
+                    let mine = c.privileged || c.peer.as_ref().is_some_and(|p| p.uid == e.uid);
+                    Some(json!({
+                        "event": "denied",
+                        "pid": mine.then_some(e.pid),
+                        "comm": mine.then_some(e.comm.as_str()),
+                        "uid": mine.then_some(e.uid),
+                        "gpu": e.gpu,
+                        "node": e.node,
+                    }))
                 });
-                server.broadcast(&line);
             }
         }
         // Existing clients first (their indexes match `revents`), then new ones.
         for (i, ev) in revents[first_conn..].iter().enumerate() {
             if !ev.is_empty() {
-                server.service(i, *ev, now, &mut |req, peer| d.handle(req, peer));
+                server.io(i, *ev);
             }
         }
-        if !revents[1].is_empty() {
-            server.accept(now);
+        server.serve(now, &mut |req, conn| d.handle(req, conn));
+        if !revents[2].is_empty() {
+            let gid = auth::configured_gid(&d.config.group);
+            server.accept(now, &|p: &Peer| p.may_change(gid));
         }
         d.persist();
     }
@@ -405,10 +460,52 @@ impl Daemon {
         }
     }
 
-    fn handle(&mut self, req: Request, peer: Option<&Peer>) -> Response {
+    /// SIGHUP: re-reads the config and applies what can change live (the
+    /// group, env_grants), and re-resolves the app rules.
+    fn reload(&mut self) {
+        let (new, warn) = config::load(&self.config_path);
+        if let Some(w) = warn {
+            log!("{w}");
+        }
+        if new.env_grants != self.config.env_grants {
+            if let Err(e) = self.enforcer.set_env_grants(new.env_grants) {
+                log!("reload: {e:#}");
+                return;
+            }
+        }
+        if new.bpf_log != self.config.bpf_log || new.max_grants != self.config.max_grants {
+            log!("reload: bpf_log and max_grants are fixed when the BPF programs load; restart the daemon to change them");
+        }
+        self.config = new;
+        self.load_apps();
+        log!(
+            "reloaded {}: group {}, env_grants {}",
+            self.config_path.display(),
+            self.config.group,
+            self.config.env_grants
+        );
+    }
+
+    /// Re-reads the hardware for a read request, unless a read within the
+    /// last [`SHARED_READ_WINDOW`] already did.
+    fn refresh_for_read(&mut self) {
+        let now = Instant::now();
+        if self
+            .refreshed
+            .is_some_and(|t| now.duration_since(t) < SHARED_READ_WINDOW)
+        {
+            return;
+        }
+        self.refresh();
+        self.refreshed = Some(now);
+    }
+
+    fn handle(&mut self, req: Request, conn: &Conn) -> Response {
+        let peer = conn.peer.as_ref();
         if req.is_change() {
-            let allowed = peer.is_some_and(|p| auth::may_change(p, &self.config.group));
-            if !allowed {
+            // Decided from the credentials captured at connect (uid, gid,
+            // supplementary groups), never from /proc at request time.
+            if !conn.privileged {
                 return Response::err(
                     Code::PermissionDenied,
                     format!(
@@ -422,7 +519,9 @@ impl Daemon {
         // Reads report live power state, so they re-read sysfs. Changes use
         // the inventory uevents keep current (a node, GPU or display
         // appearing re-plans at once), unless uevents are unavailable.
-        if !req.is_change() || self.uevents.is_none() {
+        if !req.is_change() {
+            self.refresh_for_read();
+        } else if self.uevents.is_none() {
             self.refresh();
         }
         let resp = match &req {
@@ -432,8 +531,8 @@ impl Daemon {
             })),
             Request::List {} => Response::ok(self.list_json()),
             Request::Get {} => Response::ok(self.mode_json()),
-            Request::Status {} => self.status(),
-            Request::Who { gpu } => self.who(gpu.as_deref()),
+            Request::Status {} => self.status(conn),
+            Request::Who { gpu } => self.who(gpu.as_deref(), conn),
             Request::Set { mode, force } => match mode.parse::<Mode>() {
                 Ok(mode) => self.change(Choice {
                     mode,
@@ -455,14 +554,16 @@ impl Daemon {
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
             },
         };
-        if req.is_change() {
+        // Refusals of unprivileged requests are not logged: anyone could
+        // flood the journal with them.
+        if req.is_change() && conn.privileged {
             if let Some(p) = peer {
                 log!(
                     "{:?} from pid {} uid {} ({}): {} in {:?}",
                     req,
                     p.pid,
                     p.uid,
-                    p.comm(),
+                    p.comm,
                     if resp.ok {
                         format!("done, blocking {}", describe_blocked(&self.plan))
                     } else {
@@ -534,9 +635,6 @@ impl Daemon {
         let granted = match self.choice.mode {
             Mode::Hybrid => false,
             Mode::Smart => {
-                let Ok(pid) = u32::try_from(peer.pid) else {
-                    return Response::err(Code::Internal, "bad peer pid");
-                };
                 // The first exclusive grant puts the default GPU's hide
                 // rules in the map, before the grant (and the exec) exist.
                 if only && !self.choice.only_grants {
@@ -548,27 +646,14 @@ impl Daemon {
                         return resp;
                     }
                 }
-                match self
-                    .enforcer
-                    .grant(pid, 1 << gpu.id, bpf::GrantHow::Run, only)
-                {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        return Response::err(
-                            Code::Refused,
-                            format!(
-                                "refused: {} processes already hold a grant (max_grants in the \
-                                 config); this one stays denied",
-                                self.config.max_grants
-                            ),
-                        )
-                    }
-                    Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
+                if let Err(resp) = self.grant_peer(peer, &gpu, only) {
+                    return resp;
                 }
+                let pid = peer.pid;
                 log!(
                     "granted pid {} ({}) {}{}",
                     pid,
-                    peer.comm(),
+                    peer.comm,
                     gpu.label(),
                     if only { " exclusively" } else { "" }
                 );
@@ -584,7 +669,16 @@ impl Daemon {
                 )
             }
         };
-        Response::ok(json!({ "granted": granted, "mode": self.choice.mode, "gpu": gpu }))
+        // The environment `gpuctl run` execs with: the loaders' offload
+        // variables for this GPU (with several NVIDIA GPUs, the provider).
+        let env: serde_json::Map<String, serde_json::Value> = gpu
+            .offload_env(&self.inventory)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
+        Response::ok(
+            json!({ "granted": granted, "mode": self.choice.mode, "gpu": gpu, "env": env }),
+        )
     }
 
     /// `gpuctl config [KEY [VALUE]]`. Setting edits the file (comments
@@ -603,10 +697,21 @@ impl Daemon {
                 ),
             };
         };
-        let text = match std::fs::read_to_string(&self.config_path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => return Response::err(Code::Internal, format!("reading the config: {e}")),
+        let text = match crate::safefile::read_capped(&self.config_path, crate::safefile::MAX_FILE)
+        {
+            Ok(b) => match String::from_utf8(b) {
+                Ok(t) => t,
+                Err(_) => {
+                    return Response::err(Code::Internal, "the config file is not UTF-8 text")
+                }
+            },
+            Err(crate::safefile::ReadError::Missing) => String::new(),
+            Err(e) => {
+                return Response::err(
+                    Code::Internal,
+                    format!("reading the config {}: {e}", self.config_path.display()),
+                )
+            }
         };
         let (text, new) = match config::edit(&text, key, value) {
             Ok(x) => x,
@@ -656,25 +761,8 @@ impl Daemon {
         })
     }
 
-    fn grants_json(&self) -> Vec<Value> {
-        let mut g = self.enforcer.grants();
-        g.sort_by_key(|g| g.pid);
-        g.into_iter()
-            .map(|g| {
-                let comm =
-                    std::fs::read_to_string(self.roots.procfs.join(format!("{}/comm", g.pid)))
-                        .map(|c| c.trim().to_string())
-                        .ok();
-                let gpus: Vec<u32> = (0..bpf::MAX_GPUS)
-                    .filter(|i| g.gpus & (1 << i) != 0)
-                    .collect();
-                json!({"pid": g.pid, "comm": comm, "how": g.how, "only": g.only,
-                       "gpus": if g.gpus == u32::MAX { json!("all") } else { json!(gpus) }})
-            })
-            .collect()
-    }
-
-    fn status(&mut self) -> Response {
+    fn status(&mut self, conn: &Conn) -> Response {
+        let grants = self.grants_view(conn.peer.as_ref(), conn.privileged);
         let grants_full = self.enforcer.grants_full().unwrap_or(0);
         let denied = match self.enforcer.denied_counts() {
             Ok(d) => d,
@@ -713,7 +801,8 @@ impl Daemon {
             "force": self.choice.force,
             "note": self.note,
             "state_not_saved": self.save_error,
-            "grants": self.grants_json(),
+            "grants": grants["shown"],
+            "grants_hidden": grants["hidden"],
             "grants_refused_map_full": grants_full,
             "env_grants": self.config.env_grants,
             "blocked_nodes": self
@@ -727,10 +816,60 @@ impl Daemon {
         }))
     }
 
-    fn who(&self, arg: Option<&str>) -> Response {
-        match procs::holders_of(&self.inventory, &self.roots.procfs, arg) {
-            Ok(holders) => Response::ok(json!({ "holders": holders })),
-            Err(e) => Response::err(Code::UnknownGpu, e),
+    /// `who`: processes holding GPU nodes open. Every holder to root and
+    /// the group; a plain user sees their own processes and a count of the
+    /// others'. One procfs scan serves every `who` within
+    /// [`SHARED_READ_WINDOW`].
+    fn who(&mut self, arg: Option<&str>, conn: &Conn) -> Response {
+        let only = match arg
+            .map(|a| self.inventory.find(a).map(|g| g.id))
+            .transpose()
+        {
+            Ok(o) => o,
+            Err(e) => return Response::err(Code::UnknownGpu, e),
+        };
+        let now = Instant::now();
+        let fresh = self
+            .who_cache
+            .as_ref()
+            .is_some_and(|(t, _)| now.duration_since(*t) < SHARED_READ_WINDOW);
+        if !fresh {
+            let all = procs::holders(&self.roots.procfs, &gpu::node_owners(&self.inventory));
+            self.who_cache = Some((now, all));
+        }
+        let all = self
+            .who_cache
+            .as_ref()
+            .map(|(_, h)| h.as_slice())
+            .unwrap_or(&[]);
+        let viewer = conn.peer.as_ref().map(|p| p.uid);
+        let (mut holders, mut hidden) = (Vec::new(), 0);
+        for h in all.iter().filter(|h| only.is_none_or(|o| o == h.gpu)) {
+            if conn.privileged || viewer == Some(h.uid) {
+                holders.push(h.clone());
+            } else {
+                hidden += 1;
+            }
+        }
+        Response::ok(json!({ "holders": holders, "hidden": hidden }))
+    }
+
+    /// Watches the socket's directory, so a deleted socket file is noticed
+    /// (and re-created) at once, without polling.
+    fn watch_socket_dir(&mut self, server: &Server) {
+        let Some(dir) = server.path().parent() else {
+            return;
+        };
+        // IN_MASK_ADD: an app rule's directory may be the same one.
+        let mask = nix::sys::inotify::AddWatchFlags::IN_DELETE
+            | nix::sys::inotify::AddWatchFlags::IN_MOVED_FROM
+            | nix::sys::inotify::AddWatchFlags::from_bits_retain(libc::IN_MASK_ADD);
+        match self.inotify.add_watch(dir, mask) {
+            Ok(wd) => self.socket_watch = Some(wd),
+            Err(e) => log!(
+                "cannot watch {} (a deleted socket will not be re-created): {e}",
+                dir.display()
+            ),
         }
     }
 }

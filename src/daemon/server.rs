@@ -1,5 +1,21 @@
-//! The socket side of the event loop: non-blocking clients, each with a line
-//! size cap and a deadline, so no client can stall the loop for the others.
+//! The socket side of the event loop. No client, and no one user, can stall
+//! the loop or lock the others out:
+//!
+//! - **Slots**: [`MAX_CLIENTS`] in all, of which [`RESERVED`] only root and
+//!   the configured group may take; every other uid holds at most
+//!   [`PER_UID_CONNS`] connections and [`PER_UID_SUBSCRIBERS`] of them as
+//!   `events` streams. A client refused a slot is told `busy` and closed.
+//! - **Deadlines**: a whole request within [`CLIENT_DEADLINE`] of connecting
+//!   (or of the previous answer), and a connection lives at most
+//!   [`MAX_LIFETIME`] however often it pings. `events` streams have no
+//!   request deadline, but one that stops reading is dropped past
+//!   [`MAX_PENDING_OUT`] of backlog.
+//! - **Bounded work**: at most one request per connection per loop turn;
+//!   more pipelined lines wait in that connection's buffer (the loop comes
+//!   back at once), so a 4 000-request pipeline costs the others one
+//!   request's time per turn.
+//! - **Backpressure**: nothing more is read from a connection while its
+//!   previous answer is not yet sent, or while it has a request waiting.
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
@@ -8,7 +24,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use nix::poll::{PollFd, PollFlags};
 
 use super::auth::Peer;
@@ -17,35 +33,53 @@ use crate::proto::{self, Code, Request, Response, MAX_LINE};
 /// A client must send a whole request within this time of connecting (or
 /// of its previous response), or it is told so and dropped.
 pub const CLIENT_DEADLINE: Duration = Duration::from_secs(5);
-/// Clients served at once; one more is told `busy` and dropped.
+/// A request/response connection is closed this long after it was accepted,
+/// whatever it does (pings cannot keep a connection, and its credentials,
+/// alive for ever).
+pub const MAX_LIFETIME: Duration = Duration::from_secs(60);
+/// Clients served at once.
 pub const MAX_CLIENTS: usize = 64;
-/// A client that does not read its responses is dropped past this.
-const MAX_PENDING_OUT: usize = 1 << 20;
+/// Slots only root and the configured group may take.
+pub const RESERVED: usize = 16;
+/// Connections one unprivileged uid may hold at once.
+pub const PER_UID_CONNS: usize = 8;
+/// `events` streams one unprivileged uid may hold at once.
+pub const PER_UID_SUBSCRIBERS: usize = 4;
+/// A subscriber that does not read its events is dropped past this.
+pub const MAX_PENDING_OUT: usize = 1 << 20;
 
 pub struct Conn {
     stream: UnixStream,
-    peer: Option<Peer>,
+    pub peer: Option<Peer>,
+    /// Root or a member of the configured group (decided at accept).
+    pub privileged: bool,
     inbuf: Vec<u8>,
     outbuf: Vec<u8>,
     deadline: Instant,
+    expires: Instant,
     /// Close once `outbuf` is flushed.
     closing: bool,
-    /// Streams events; no deadline applies.
-    subscribed: bool,
+    /// Streams events; no request deadline applies.
+    pub subscribed: bool,
 }
 
 impl Conn {
-    fn new(stream: UnixStream, now: Instant) -> Self {
-        let peer = Peer::of(&stream).ok();
+    fn new(stream: UnixStream, privileged: bool, peer: Option<Peer>, now: Instant) -> Self {
         Conn {
             stream,
             peer,
+            privileged,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
             deadline: now + CLIENT_DEADLINE,
+            expires: now + MAX_LIFETIME,
             closing: false,
             subscribed: false,
         }
+    }
+
+    fn uid(&self) -> Option<u32> {
+        self.peer.as_ref().map(|p| p.uid)
     }
 
     fn respond(&mut self, r: &Response) {
@@ -57,9 +91,16 @@ impl Conn {
         self.closing = true;
     }
 
+    /// A complete request line is waiting in the buffer.
+    fn has_request(&self) -> bool {
+        !self.closing && self.inbuf.contains(&b'\n')
+    }
+
     pub fn poll_flags(&self) -> PollFlags {
         let mut f = PollFlags::empty();
-        if !self.closing {
+        // Backpressure: read only once the last answer is sent and no
+        // request is waiting.
+        if !self.closing && self.outbuf.is_empty() && !self.has_request() {
             f |= PollFlags::POLLIN;
         }
         if !self.outbuf.is_empty() {
@@ -72,14 +113,47 @@ impl Conn {
         PollFd::new(self.stream.as_fd(), self.poll_flags())
     }
 
-    pub fn deadline(&self) -> Instant {
-        self.deadline
+    /// When this connection next needs the loop's attention by time.
+    fn next_deadline(&self) -> Option<Instant> {
+        if self.closing {
+            return None;
+        }
+        if self.subscribed {
+            return None;
+        }
+        Some(self.deadline.min(self.expires))
     }
 
     /// Whether the connection is finished and can be dropped.
     pub fn done(&self) -> bool {
         self.closing && self.outbuf.is_empty()
     }
+}
+
+/// Why an accepted connection gets no slot.
+fn refuse_reason(conns: &[Conn], uid: Option<u32>, privileged: bool) -> Option<String> {
+    if conns.len() >= MAX_CLIENTS {
+        return Some(format!(
+            "the gpuctl daemon is busy ({MAX_CLIENTS} clients connected); try again"
+        ));
+    }
+    if privileged {
+        return None;
+    }
+    if conns.len() >= MAX_CLIENTS - RESERVED {
+        return Some(format!(
+            "the gpuctl daemon is busy (the last {RESERVED} client slots are kept for root and \
+             the gpuctl group); try again"
+        ));
+    }
+    let mine = conns.iter().filter(|c| c.uid() == uid).count();
+    if uid.is_none() || mine >= PER_UID_CONNS {
+        return Some(format!(
+            "the gpuctl daemon is busy: this user already has {mine} connections open (at most \
+             {PER_UID_CONNS}); try again"
+        ));
+    }
+    None
 }
 
 /// The listening socket. Removes its file on drop.
@@ -91,27 +165,10 @@ pub struct Server {
 
 impl Server {
     /// Binds `path` (mode 0666: reads are for everyone; changes are checked
-    /// per request). Refuses to steal the socket of a live daemon.
+    /// per request). The caller holds the daemon lock, so a socket file
+    /// already there is a stale one.
     pub fn bind(path: &Path) -> Result<Server> {
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating socket directory {}", dir.display()))?;
-        }
-        if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                bail!(
-                    "another gpuctl daemon is already listening on {}",
-                    path.display()
-                );
-            }
-            std::fs::remove_file(path)
-                .with_context(|| format!("removing stale socket {}", path.display()))?;
-        }
-        let listener =
-            UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
-        listener.set_nonblocking(true)?;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-            .with_context(|| format!("setting the mode of {}", path.display()))?;
+        let listener = bind_socket(path)?;
         Ok(Server {
             listener,
             path: path.to_path_buf(),
@@ -119,24 +176,43 @@ impl Server {
         })
     }
 
+    /// The socket file is gone (deleted by someone): bind a new one at the
+    /// same path. Existing connections are kept.
+    pub fn rebind(&mut self) -> Result<()> {
+        self.listener = bind_socket(&self.path)?;
+        Ok(())
+    }
+
+    /// Whether the socket file still exists at its path.
+    pub fn socket_present(&self) -> bool {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.file_type().is_socket())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub fn listener_fd(&self) -> PollFd<'_> {
         PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)
     }
 
-    /// Accepts every pending connection.
-    pub fn accept(&mut self, now: Instant) {
+    /// Accepts every pending connection, giving each a slot if its uid may
+    /// have one. `privileged` says whether a peer is root or in the group.
+    pub fn accept(&mut self, now: Instant, privileged: &dyn Fn(&Peer) -> bool) {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
-                    let mut conn = Conn::new(stream, now);
-                    if self.conns.len() >= MAX_CLIENTS {
+                    let peer = Peer::of(&stream).ok();
+                    let privileged = peer.as_ref().is_some_and(privileged);
+                    let uid = peer.as_ref().map(|p| p.uid);
+                    let mut conn = Conn::new(stream, privileged, peer, now);
+                    if let Some(why) = refuse_reason(&self.conns, uid, privileged) {
                         // Best effort: a full socket buffer just loses it.
-                        let _ = conn.stream.write(
-                            &Response::err(Code::Busy, "too many clients; try again").to_line(),
-                        );
+                        let _ = conn.stream.write(&Response::err(Code::Busy, why).to_line());
                         continue;
                     }
                     self.conns.push(conn);
@@ -151,41 +227,110 @@ impl Server {
         }
     }
 
-    /// Services connection `i` after poll reported `revents`, handing every
-    /// complete request line to `handle`.
-    pub fn service(
-        &mut self,
-        i: usize,
-        revents: PollFlags,
-        now: Instant,
-        handle: &mut dyn FnMut(Request, Option<&Peer>) -> Response,
-    ) {
+    /// Reads from and writes to connection `i` as poll reported.
+    pub fn io(&mut self, i: usize, revents: PollFlags) {
         let conn = &mut self.conns[i];
         if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
             && !conn.closing
+            && conn.outbuf.is_empty()
+            && !conn.has_request()
         {
-            read_requests(conn, now, handle);
+            read_some(conn);
         }
         if !conn.outbuf.is_empty() {
             flush(conn);
         }
     }
 
-    /// Answers clients past their deadline, and drops finished ones.
+    /// Whether some connection has a request waiting (the loop must not
+    /// sleep).
+    pub fn has_work(&self) -> bool {
+        self.conns.iter().any(Conn::has_request)
+    }
+
+    /// Answers at most one waiting request per connection (round robin, so
+    /// one client's pipeline cannot starve the others).
+    pub fn serve(&mut self, now: Instant, handle: &mut dyn FnMut(Request, &Conn) -> Response) {
+        for i in 0..self.conns.len() {
+            if !self.conns[i].has_request() {
+                continue;
+            }
+            let conn = &mut self.conns[i];
+            let Some(pos) = conn.inbuf.iter().position(|&b| b == b'\n') else {
+                continue;
+            };
+            let line: Vec<u8> = conn.inbuf.drain(..=pos).collect();
+            let line = &line[..line.len() - 1];
+            let resp = match proto::decode(line) {
+                Ok(Request::Events {}) => self.subscribe(i, handle),
+                Ok(req) => handle(req, &self.conns[i]),
+                Err(r) => r,
+            };
+            let conn = &mut self.conns[i];
+            conn.respond(&resp);
+            conn.deadline = now + CLIENT_DEADLINE;
+            flush(conn);
+        }
+    }
+
+    /// `events`: turns connection `i` into a stream, within the per-uid cap.
+    fn subscribe(
+        &mut self,
+        i: usize,
+        handle: &mut dyn FnMut(Request, &Conn) -> Response,
+    ) -> Response {
+        let conn = &self.conns[i];
+        if !conn.privileged {
+            let uid = conn.uid();
+            let mine = self
+                .conns
+                .iter()
+                .filter(|c| c.subscribed && !c.closing && c.uid() == uid)
+                .count();
+            if mine >= PER_UID_SUBSCRIBERS {
+                return Response::err(
+                    Code::Busy,
+                    format!(
+                        "this user already has {mine} event streams open (at most \
+                         {PER_UID_SUBSCRIBERS}); close one and try again"
+                    ),
+                );
+            }
+        }
+        let resp = handle(Request::Events {}, &self.conns[i]);
+        if resp.ok {
+            let conn = &mut self.conns[i];
+            conn.subscribed = true;
+            // Whatever else it pipelined is not a request any more.
+            conn.inbuf.clear();
+        }
+        resp
+    }
+
+    /// Answers clients past their deadline or lifetime, and drops finished
+    /// ones.
     pub fn reap(&mut self, now: Instant) {
         for c in &mut self.conns {
-            if !c.closing && !c.subscribed && now >= c.deadline {
-                c.fail(&Response::err(
-                    Code::Timeout,
-                    format!(
-                        "no complete request within {} s; closing",
-                        CLIENT_DEADLINE.as_secs()
-                    ),
-                ));
-                flush(c);
-                // A client that does not read either is simply dropped.
-                c.outbuf.clear();
+            if c.closing || c.subscribed {
+                continue;
             }
+            let why = if now >= c.expires {
+                format!(
+                    "connection open for {} s; closing (reconnect for more requests)",
+                    MAX_LIFETIME.as_secs()
+                )
+            } else if now >= c.deadline {
+                format!(
+                    "no complete request within {} s; closing",
+                    CLIENT_DEADLINE.as_secs()
+                )
+            } else {
+                continue;
+            };
+            c.fail(&Response::err(Code::Timeout, why));
+            flush(c);
+            // A client that does not read either is simply dropped.
+            c.outbuf.clear();
         }
         self.conns.retain(|c| !c.done());
     }
@@ -198,12 +343,16 @@ impl Server {
             .count()
     }
 
-    /// Sends one JSON line to every subscriber (dropping one that stopped
-    /// reading rather than buffering without bound).
-    pub fn broadcast(&mut self, v: &serde_json::Value) {
-        let mut line = v.to_string().into_bytes();
-        line.push(b'\n');
+    /// Sends one JSON line to every subscriber; `line_for` shapes it per
+    /// subscriber (`None`: not for this one). One that stopped reading is
+    /// dropped rather than buffered without bound.
+    pub fn broadcast(&mut self, line_for: &dyn Fn(&Conn) -> Option<serde_json::Value>) {
         for c in self.conns.iter_mut().filter(|c| c.subscribed && !c.closing) {
+            let Some(v) = line_for(c) else {
+                continue;
+            };
+            let mut line = v.to_string().into_bytes();
+            line.push(b'\n');
             if c.outbuf.len() + line.len() > MAX_PENDING_OUT {
                 c.closing = true;
                 c.outbuf.clear();
@@ -216,11 +365,7 @@ impl Server {
 
     /// The earliest client deadline, if any.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.conns
-            .iter()
-            .filter(|c| !c.closing && !c.subscribed)
-            .map(Conn::deadline)
-            .min()
+        self.conns.iter().filter_map(Conn::next_deadline).min()
     }
 }
 
@@ -230,60 +375,56 @@ impl Drop for Server {
     }
 }
 
-fn read_requests(
-    conn: &mut Conn,
-    now: Instant,
-    handle: &mut dyn FnMut(Request, Option<&Peer>) -> Response,
-) {
+fn bind_socket(path: &Path) -> Result<UnixListener> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("creating socket directory {}", dir.display()))?;
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(e).with_context(|| format!("removing stale socket {}", path.display()))
+        }
+    }
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
+    listener.set_nonblocking(true)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .with_context(|| format!("setting the mode of {}", path.display()))?;
+    Ok(listener)
+}
+
+/// One read (bounded work per turn), up to the line cap. Nothing more is
+/// read once a complete line is buffered (backpressure: the rest waits in
+/// the kernel's socket buffer, and the writer blocks).
+fn read_some(conn: &mut Conn) {
     let mut buf = [0u8; 8192];
-    loop {
-        match conn.stream.read(&mut buf) {
-            Ok(0) => {
-                // EOF. A partial line means the client left mid-request:
-                // there is nobody to answer.
-                conn.closing = true;
+    let room = MAX_LINE
+        .saturating_sub(conn.inbuf.len())
+        .clamp(1, buf.len());
+    match conn.stream.read(&mut buf[..room]) {
+        Ok(0) => {
+            // EOF. A partial line means the client left mid-request: there
+            // is nobody to answer.
+            conn.closing = true;
+            conn.inbuf.clear();
+        }
+        // A stream takes no requests; what it says is ignored.
+        Ok(_) if conn.subscribed => {}
+        Ok(n) => {
+            conn.inbuf.extend_from_slice(&buf[..n]);
+            let line_end = conn.inbuf.iter().position(|&b| b == b'\n');
+            if line_end.unwrap_or(conn.inbuf.len()) >= MAX_LINE {
+                conn.fail(&too_large());
                 conn.inbuf.clear();
-                return;
             }
-            Ok(n) => {
-                conn.inbuf.extend_from_slice(&buf[..n]);
-                while let Some(pos) = conn.inbuf.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = conn.inbuf.drain(..=pos).collect();
-                    let line = &line[..line.len() - 1];
-                    if line.len() + 1 > MAX_LINE {
-                        conn.fail(&too_large());
-                        return;
-                    }
-                    let resp = match proto::decode(line) {
-                        Ok(req) => {
-                            let events = matches!(req, Request::Events {});
-                            let resp = handle(req, conn.peer.as_ref());
-                            conn.subscribed |= events && resp.ok;
-                            resp
-                        }
-                        Err(r) => r,
-                    };
-                    conn.respond(&resp);
-                    conn.deadline = now + CLIENT_DEADLINE;
-                    if conn.outbuf.len() > MAX_PENDING_OUT {
-                        conn.closing = true;
-                        conn.outbuf.clear();
-                        return;
-                    }
-                }
-                if conn.inbuf.len() >= MAX_LINE {
-                    conn.fail(&too_large());
-                    conn.inbuf.clear();
-                    return;
-                }
-            }
-            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => {
-                conn.closing = true;
-                conn.outbuf.clear();
-                return;
-            }
+        }
+        Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+        Err(_) => {
+            conn.closing = true;
+            conn.inbuf.clear();
+            conn.outbuf.clear();
         }
     }
 }
@@ -307,9 +448,99 @@ fn flush(conn: &mut Conn) {
             Err(_) => {
                 // The client went away; nothing more to send.
                 conn.outbuf.clear();
+                conn.inbuf.clear();
                 conn.closing = true;
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(uid: u32, privileged: bool) -> Conn {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut peer = Peer::of(&a).unwrap();
+        peer.uid = uid;
+        Conn::new(a, privileged, Some(peer), Instant::now())
+    }
+
+    #[test]
+    fn slots_are_reserved_and_capped_per_uid() {
+        let mut conns: Vec<Conn> = Vec::new();
+        for _ in 0..PER_UID_CONNS {
+            assert!(refuse_reason(&conns, Some(1000), false).is_none());
+            conns.push(conn(1000, false));
+        }
+        assert!(refuse_reason(&conns, Some(1000), false)
+            .unwrap()
+            .contains("this user"));
+        // Other users fill the shared slots…
+        let mut uid = 2000;
+        while conns.len() < MAX_CLIENTS - RESERVED {
+            assert!(refuse_reason(&conns, Some(uid), false).is_none());
+            conns.push(conn(uid, false));
+            uid += 1;
+        }
+        assert!(refuse_reason(&conns, Some(uid), false)
+            .unwrap()
+            .contains("kept for root"));
+        // …but root and the group still get in.
+        assert!(refuse_reason(&conns, Some(0), true).is_none());
+        while conns.len() < MAX_CLIENTS {
+            conns.push(conn(0, true));
+        }
+        assert!(refuse_reason(&conns, Some(0), true)
+            .unwrap()
+            .contains("busy"));
+    }
+
+    #[test]
+    fn no_reading_while_an_answer_or_request_waits() {
+        let mut c = conn(1000, false);
+        assert!(c.poll_flags().contains(PollFlags::POLLIN));
+        c.inbuf.extend_from_slice(b"{\"type\":\"get\"}\n{\"type\":");
+        assert!(!c.poll_flags().contains(PollFlags::POLLIN));
+        c.inbuf.clear();
+        c.outbuf.extend_from_slice(b"x");
+        assert_eq!(c.poll_flags(), PollFlags::POLLOUT);
+    }
+
+    #[test]
+    fn pings_do_not_keep_a_connection_past_its_lifetime() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let now = Instant::now();
+        let mut server = Server {
+            listener: UnixListener::bind(
+                std::env::temp_dir().join(format!("gpuctl-srv-{}.sock", std::process::id())),
+            )
+            .unwrap(),
+            path: PathBuf::from("/nonexistent/gpuctl-test.sock"),
+            conns: vec![Conn::new(a, false, None, now)],
+        };
+        let _ = std::fs::remove_file(
+            std::env::temp_dir().join(format!("gpuctl-srv-{}.sock", std::process::id())),
+        );
+        // A request every few seconds keeps the request deadline fresh…
+        let mut t = now;
+        while t + Duration::from_secs(3) < now + MAX_LIFETIME {
+            t += Duration::from_secs(3);
+            server.conns[0].deadline = t + CLIENT_DEADLINE;
+            server.reap(t);
+            assert_eq!(server.conns.len(), 1);
+        }
+        // …but not past the lifetime.
+        t = now + MAX_LIFETIME;
+        server.conns[0].deadline = t + CLIENT_DEADLINE;
+        server.reap(t);
+        assert!(server.conns.is_empty());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(&mut b), &mut line).unwrap();
+        assert!(
+            line.contains("\"timeout\"") && line.contains("60 s"),
+            "{line}"
+        );
     }
 }

@@ -2,11 +2,7 @@
 //! daemon atomically (temp file, fsync, rename, fsync of the directory), so a
 //! daemon killed mid-write leaves the old file or the new one, never half.
 
-use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -22,34 +18,23 @@ struct StateFile {
     choice: Choice,
 }
 
-/// `x.json` → `x.json.bad`.
-pub fn bad_path(path: &Path) -> PathBuf {
-    let mut s = OsString::from(path.as_os_str());
-    s.push(".bad");
-    PathBuf::from(s)
-}
+pub use crate::safefile::bad_path;
+use crate::safefile::{self, ReadError};
 
 /// Reads the saved choice. A missing file is the default (hybrid); an
-/// unreadable or corrupt one is moved aside as `state.json.bad`, reported in
-/// the returned message, and replaced by the default.
+/// unreadable, oversized, non-regular (a FIFO, a symlink) or corrupt one is
+/// moved aside as `state.json.bad`, reported in the returned message, and
+/// replaced by the default. Never blocks: the file is opened with
+/// `O_NONBLOCK|O_NOFOLLOW` and read with a 1 MiB cap.
 pub fn load(path: &Path) -> (Choice, Option<String>) {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (Choice::default(), None),
-        Err(e) => {
-            return (
-                Choice::default(),
-                Some(format!(
-                    "cannot read state {}: {e}; starting in hybrid",
-                    path.display()
-                )),
-            )
-        }
-    };
-    let err = match serde_json::from_slice::<StateFile>(&bytes) {
-        Ok(f) if f.version == VERSION => return (f.choice, None),
-        Ok(f) => format!("unknown state version {}", f.version),
-        Err(e) => e.to_string(),
+    let err = match safefile::read_own(path) {
+        Err(ReadError::Missing) => return (Choice::default(), None),
+        Ok(bytes) => match serde_json::from_slice::<StateFile>(&bytes) {
+            Ok(f) if f.version == VERSION => return (f.choice, None),
+            Ok(f) => format!("is corrupt (unknown state version {})", f.version),
+            Err(e) => format!("is corrupt ({e})"),
+        },
+        Err(e) => format!("is unusable ({e})"),
     };
     let bad = bad_path(path);
     let kept = match std::fs::rename(path, &bad) {
@@ -59,7 +44,7 @@ pub fn load(path: &Path) -> (Choice, Option<String>) {
     (
         Choice::default(),
         Some(format!(
-            "state {} is corrupt ({err}); starting in hybrid; {kept}",
+            "state {} {err}; starting in hybrid; {kept}",
             path.display()
         )),
     )
@@ -77,35 +62,17 @@ pub fn save(path: &Path, choice: &Choice) -> Result<()> {
 }
 
 /// Replaces `path` with `body` so that a crash at any moment leaves the old
-/// file or the new one: temp file, fsync, rename, fsync of the directory.
+/// file or the new one (see [`safefile::write_atomic`]).
 pub fn write_atomic(path: &Path, body: &[u8]) -> Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut tmp = OsString::from(path.as_os_str());
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let write = || -> std::io::Result<()> {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o644)
-            .open(&tmp)?;
-        f.write_all(body)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        File::open(dir)?.sync_all()
-    };
-    Ok(write()?)
+    Ok(safefile::write_atomic(path, body, 0o644)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::{ManualBlock, Mode};
+
+    use std::path::PathBuf;
 
     fn tmpdir(tag: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("gpuctl-state-{tag}-{}", std::process::id()));
@@ -149,6 +116,26 @@ mod tests {
             assert_eq!(std::fs::read(d.join("state.json.bad")).unwrap(), junk);
             assert!(!p.exists());
         }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn fifo_and_symlink_to_dev_zero_are_moved_aside_without_blocking() {
+        let d = tmpdir("odd");
+        let p = d.join("state.json");
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (choice, warn) = load(&p);
+        assert_eq!(choice, Choice::default());
+        assert!(warn.unwrap().contains("FIFO"));
+        assert!(!p.exists() && d.join("state.json.bad").exists());
+        std::fs::remove_file(d.join("state.json.bad")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &p).unwrap();
+        let (choice, warn) = load(&p);
+        assert_eq!(choice, Choice::default());
+        assert!(warn.unwrap().contains("symlink"));
+        assert!(std::fs::symlink_metadata(&p).is_err());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

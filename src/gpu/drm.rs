@@ -77,10 +77,14 @@ pub fn scan(sysfs: &Path) -> Result<DrmScan> {
                 path,
             });
         } else if let Some((card, connector)) = name.split_once('-') {
-            // `card1-eDP-1`: a connector of card1.
-            if kind_of(card).map(|(k, _)| k) == Some(Kind::Card) {
-                let status = read_attr(&entry.path().join("status"))
-                    .unwrap_or_else(|| "unknown".to_string());
+            // `card1-eDP-1`: a connector of card1. A writeback connector
+            // (`Writeback-1`) is a render target, not a display.
+            if kind_of(card).map(|(k, _)| k) == Some(Kind::Card)
+                && !connector.starts_with("Writeback")
+            {
+                // Unreadable: `null`, like every other unknown fact (the
+                // kernel's own "unknown" stays "unknown").
+                let status = read_attr(&entry.path().join("status"));
                 scan.connectors.push((
                     card.to_string(),
                     Display {

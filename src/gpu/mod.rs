@@ -91,13 +91,14 @@ pub const NVIDIACTL: DevNum = DevNum::new(NVIDIA_MAJOR, 255);
 pub struct Display {
     /// Connector name without the card prefix: `eDP-1`, `HDMI-A-1`.
     pub connector: String,
-    /// `connected`, `disconnected` or `unknown`, as the kernel reports it.
-    pub status: String,
+    /// `connected`, `disconnected` or `unknown`, as the kernel reports it;
+    /// `None` (`null`) when the `status` file cannot be read.
+    pub status: Option<String>,
 }
 
 impl Display {
     pub fn connected(&self) -> bool {
-        self.status == "connected"
+        self.status.as_deref() == Some("connected")
     }
     /// Internal panels: the display a laptop's default GPU drives.
     pub fn internal(&self) -> bool {
@@ -130,10 +131,21 @@ pub struct Gpu {
     pub power_state: Option<String>,
     pub runtime_status: Option<String>,
     pub displays: Vec<Display>,
+    /// The device's other PCI functions (HD audio `.1`, USB-C `.2`, UCSI
+    /// `.3`, a second display function): runtime-PM consumers of the GPU,
+    /// so touching them can wake it.
+    #[serde(default)]
+    pub functions: Vec<Function>,
     /// Sysfs files whose reads wake the GPU (`config`, `resourceN`, `rom`),
-    /// for the lsm backend. Not part of the JSON contract.
+    /// its other functions' included, for the lsm backend. Not part of the
+    /// JSON contract.
     #[serde(skip)]
     pub wake_files: Vec<FileId>,
+    /// Sysfs files only enumerators read (the function's `uevent`: libdrm),
+    /// denied with the GPU by the lsm backend so `drmGetDevices2` skips a
+    /// blocked GPU. Not part of the JSON contract.
+    #[serde(skip)]
+    pub enum_files: Vec<FileId>,
     /// Filled in by the daemon; `None` when no daemon answers.
     pub blocked: Option<bool>,
 }
@@ -153,6 +165,23 @@ impl Gpu {
             None => format!("GPU {} ({})", self.id, self.pci),
         }
     }
+}
+
+/// Another PCI function of a GPU's device (same domain, bus and slot).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Function {
+    pub pci: PciAddr,
+    pub vendor_id: String,
+    pub device_id: String,
+    /// The PCI class code, `0x040300` (HD audio), `0x0c0330` (xHCI), …
+    pub class: String,
+    pub driver: Option<String>,
+    pub power_state: Option<String>,
+    pub runtime_status: Option<String>,
+    /// Its ALSA nodes (`116:7`), for an audio function: a process holding
+    /// one keeps the function, and so the GPU, awake.
+    #[serde(default)]
+    pub sound_nodes: Vec<DevNum>,
 }
 
 /// Every GPU of the machine, ids assigned (default GPU 0, then PCI order).
@@ -205,13 +234,19 @@ impl Gpu {
     /// The environment that makes GL and Vulkan programs render on this
     /// GPU: NVIDIA's PRIME render offload variables for the proprietary
     /// driver, Mesa's `DRI_PRIME` and Vulkan device selection otherwise.
-    pub fn offload_env(&self) -> Vec<(&'static str, String)> {
+    /// With several NVIDIA GPUs, `__NV_PRIME_RENDER_OFFLOAD_PROVIDER` names
+    /// this one (`inv` is the machine's inventory).
+    pub fn offload_env(&self, inv: &Inventory) -> Vec<(&'static str, String)> {
         if self.driver.as_deref() == Some("nvidia") {
-            vec![
+            let mut env = vec![
                 ("__NV_PRIME_RENDER_OFFLOAD", "1".into()),
                 ("__GLX_VENDOR_LIBRARY_NAME", "nvidia".into()),
                 ("__VK_LAYER_NV_optimus", "NVIDIA_only".into()),
-            ]
+            ];
+            if let Some(p) = crate::envgrant::nv_provider(inv, self) {
+                env.push(("__NV_PRIME_RENDER_OFFLOAD_PROVIDER", p));
+            }
+            env
         } else {
             let pci = self.pci.to_string().replace([':', '.'], "_");
             vec![
@@ -250,27 +285,38 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
     let mut found: Vec<Found> = functions
         .iter()
         .filter(|f| f.is_gpu())
-        .map(|f| {
-            let nodes = drm::nodes_of(&drm, &f.path);
-            let nvidia_minor = if f.driver.as_deref() == Some("nvidia") {
-                nvidia::device_minor(&roots.procfs, f, nvidia_bound)
-            } else {
-                None
-            };
-            Found {
-                pci: f.clone(),
-                drm: nodes,
-                nvidia_minor,
-            }
+        .map(|f| Found {
+            pci: f.clone(),
+            drm: drm::nodes_of(&drm, &f.path),
+            nvidia_minor: None,
         })
         .collect();
+    // A display-class function without DRM nodes beside a GPU at function
+    // 0 of the same slot is part of that GPU (an old Intel iGPU's second
+    // display function, 00:02.1, class 0x0380, no driver), not a GPU.
+    let heads: Vec<PciAddr> = found
+        .iter()
+        .filter(|f| f.pci.addr.func == 0)
+        .map(|f| f.pci.addr)
+        .collect();
+    found.retain(|f| {
+        let a = f.pci.addr;
+        let nodeless = f.drm.card.is_none() && f.drm.render.is_none();
+        !(a.func != 0 && nodeless && heads.iter().any(|h| h.same_slot(&a)))
+    });
+    for f in &mut found {
+        if f.pci.driver.as_deref() == Some("nvidia") {
+            f.nvidia_minor = nvidia::device_minor(&roots.procfs, &f.pci, nvidia_bound);
+        }
+    }
     found.sort_by_key(|f| f.pci.addr);
 
-    let default_idx = choose_default(&found);
+    let default_idx = choose_default(&found, &functions);
+    let gpu_addrs: Vec<PciAddr> = found.iter().map(|f| f.pci.addr).collect();
     let mut gpus: Vec<Gpu> = found
         .into_iter()
         .enumerate()
-        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions))
+        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions, &gpu_addrs))
         .collect();
     // Stable ids: the default GPU is 0, the rest follow in PCI order.
     gpus.sort_by_key(|g| (!g.default, g.pci));
@@ -281,8 +327,11 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
 }
 
 /// DESIGN §3: `boot_vga == 1`; without it, the GPU driving a connected
-/// internal panel; else the lowest PCI address. `found` is in PCI order.
-fn choose_default(found: &[Found]) -> Option<usize> {
+/// internal panel; else the lowest PCI address among the GPUs that are not
+/// discrete (an AMD APU at `c4:00.0` above an NVIDIA dGPU at `01:00.0`
+/// without `boot_vga`: Dell AMD+NVIDIA laptops), then among the rest.
+/// `found` is in PCI order.
+fn choose_default(found: &[Found], all: &[pci::PciFunction]) -> Option<usize> {
     if let Some(i) = found.iter().position(|f| f.pci.boot_vga == Some(true)) {
         return Some(i);
     }
@@ -292,14 +341,39 @@ fn choose_default(found: &[Found]) -> Option<usize> {
     {
         return Some(i);
     }
-    if found.is_empty() {
-        None
-    } else {
-        Some(0)
-    }
+    // Integrated first, unknown (virtual, BMC) next, discrete last; the
+    // sort is stable, so each class keeps PCI order.
+    let rank = |f: &Found| match pci::is_discrete(&f.pci, all) {
+        Some(false) => 0,
+        None => 1,
+        Some(true) => 2,
+    };
+    (0..found.len()).min_by_key(|&i| rank(&found[i]))
 }
 
-fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
+/// The other PCI functions of `gpu`'s device: same slot, not a GPU of
+/// their own.
+fn functions_of(
+    gpu: &pci::PciFunction,
+    all: &[pci::PciFunction],
+    gpus: &[PciAddr],
+) -> Vec<Function> {
+    all.iter()
+        .filter(|f| f.addr != gpu.addr && f.addr.same_slot(&gpu.addr) && !gpus.contains(&f.addr))
+        .map(|f| Function {
+            pci: f.addr,
+            vendor_id: format!("{:04x}", f.vendor),
+            device_id: format!("{:04x}", f.device),
+            class: format!("0x{:06x}", f.class),
+            driver: f.driver.clone(),
+            power_state: f.power_state.clone(),
+            runtime_status: f.runtime_status.clone(),
+            sound_nodes: pci::sound_nodes(&f.path),
+        })
+        .collect()
+}
+
+fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], gpus: &[PciAddr]) -> Gpu {
     let mut nodes: Vec<DevNum> = [f.drm.card_dev, f.drm.render_dev]
         .into_iter()
         .flatten()
@@ -308,6 +382,18 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
         nodes.push(DevNum::new(NVIDIA_MAJOR, minor));
     }
     let discrete = pci::is_discrete(&f.pci, all);
+    // Every function of the slot shares the device's power state: reading
+    // one's `config` wakes the GPU, so the lsm backend guards them all.
+    let functions = functions_of(&f.pci, all, gpus);
+    let mut wake_files = pci::wake_files(&f.pci.path);
+    for func in all
+        .iter()
+        .filter(|x| functions.iter().any(|g| g.pci == x.addr))
+    {
+        wake_files.extend(pci::wake_files(&func.path));
+    }
+    wake_files.sort();
+    let enum_files = pci::enum_files(&f.pci.path);
     Gpu {
         id: 0,
         pci: f.pci.addr,
@@ -327,7 +413,9 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction]) -> Gpu {
         power_state: f.pci.power_state.clone(),
         runtime_status: f.pci.runtime_status.clone(),
         displays: f.drm.displays,
-        wake_files: pci::wake_files(&f.pci.path),
+        functions,
+        wake_files,
+        enum_files,
         blocked: None,
     }
 }
@@ -339,11 +427,15 @@ pub(crate) fn read_attr(path: &Path) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// The set of device numbers of a GPU, keyed for quick membership tests.
+/// The device numbers that keep a GPU awake while held open: its own nodes
+/// and its other functions' sound nodes, keyed for membership tests.
 pub fn node_owners(inv: &Inventory) -> BTreeMap<DevNum, u32> {
     inv.gpus
         .iter()
-        .flat_map(|g| g.nodes.iter().map(move |n| (*n, g.id)))
+        .flat_map(|g| {
+            let sound = g.functions.iter().flat_map(|f| f.sound_nodes.iter());
+            g.nodes.iter().chain(sound).map(move |n| (*n, g.id))
+        })
         .collect()
 }
 
@@ -360,11 +452,44 @@ mod tests {
         assert!("a:b".parse::<DevNum>().is_err());
     }
 
+    /// The lsm backend guards the dGPU's other functions' `config` too:
+    /// `lspci` reading the HD-audio function's wakes the GPU.
+    #[test]
+    fn wake_files_include_the_other_functions() {
+        use std::os::unix::fs::MetadataExt;
+        let root = std::env::temp_dir().join(format!("gpuctl-wake-{}", std::process::id()));
+        let sys = root.join("sys");
+        let mut inodes = Vec::new();
+        for (addr, class) in [("0000:01:00.0", "0x030000"), ("0000:01:00.1", "0x040300")] {
+            let dir = sys.join("devices/pci0000:00").join(addr);
+            std::fs::create_dir_all(&dir).unwrap();
+            for (n, v) in [("vendor", "0x10de"), ("device", "0x25a2"), ("class", class)] {
+                std::fs::write(dir.join(n), v).unwrap();
+            }
+            std::fs::write(dir.join("config"), [0u8; 64]).unwrap();
+            inodes.push(std::fs::metadata(dir.join("config")).unwrap().ino());
+            std::fs::create_dir_all(sys.join("bus/pci/devices")).unwrap();
+            std::os::unix::fs::symlink(&dir, sys.join("bus/pci/devices").join(addr)).unwrap();
+        }
+        let inv = discover(&Roots {
+            sysfs: sys,
+            procfs: root.join("proc"),
+        })
+        .unwrap();
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(inv.gpus.len(), 1);
+        let got: Vec<u64> = inv.gpus[0].wake_files.iter().map(|f| f.ino).collect();
+        for ino in inodes {
+            assert!(got.contains(&ino), "{got:?}");
+        }
+        assert_eq!(inv.gpus[0].functions[0].pci.to_string(), "0000:01:00.1");
+    }
+
     #[test]
     fn internal_panels() {
         let d = |c: &str, s: &str| Display {
             connector: c.into(),
-            status: s.into(),
+            status: Some(s.into()),
         };
         assert!(d("eDP-1", "connected").internal());
         assert!(d("LVDS-1", "connected").internal());

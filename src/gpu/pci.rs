@@ -111,23 +111,51 @@ const VENDOR_INTEL: u16 = 0x8086;
 const VENDOR_AMD_GPU: u16 = 0x1002;
 const VENDOR_AMD_PLATFORM: u16 = 0x1022;
 
+/// NVIDIA GPUs built into a chipset (nForce/MCP integrated graphics:
+/// C51 GeForce 6100/6150, MCP61/67/68/73 GeForce 7xxx, MCP77/78/79
+/// GeForce 8200/9300/9400(M)/ION, MCP89 GeForce 320M). They are the
+/// integrated GPU of the machine (a MacBook's 9400M or 320M), not a card.
+const NVIDIA_CHIPSET_GPUS: &[(u16, u16)] = &[
+    (0x0240, 0x0247), // C51
+    (0x03d0, 0x03d6), // MCP61
+    (0x0530, 0x053e), // MCP67/68
+    (0x07e0, 0x07e5), // MCP73
+    (0x0840, 0x084f), // MCP77/78
+    (0x0860, 0x087f), // MCP79/7A
+    (0x08a0, 0x08a5), // MCP89
+];
+
+/// Whether an NVIDIA device id is a chipset (integrated) GPU.
+pub fn is_nvidia_chipset_gpu(device: u16) -> bool {
+    NVIDIA_CHIPSET_GPUS
+        .iter()
+        .any(|&(lo, hi)| (lo..=hi).contains(&device))
+}
+
 /// Whether a GPU is a discrete one; `None` where sysfs does not tell
-/// (virtual GPUs, BMC graphics, unknown vendors).
+/// (virtual GPUs, BMC graphics, unknown vendors). A guess from PCI facts:
+/// the policy never refuses a mode on it alone.
 ///
 /// - Removable (Thunderbolt/USB4 eGPU): discrete.
-/// - NVIDIA: every PCI NVIDIA GPU is discrete.
+/// - NVIDIA: discrete, except the chipset GPUs of nForce/MCP chipsets.
 /// - Intel: integrated GPUs are on the root bus (00:02.0); Arc cards are not.
-/// - AMD: an APU's GPU shares its PCI slot with platform functions of AMD's
-///   chipset vendor id 0x1022 (USB, crypto, audio co-processor); a Radeon
-///   card's slot holds only its own functions (vendor 0x1002).
+/// - AMD: a GPU on the root bus is an APU's (pre-Zen APUs, Llano to
+///   Stoney/Kabini, sit at 00:01.0 beside only 0x1002 functions); so is one
+///   whose slot also holds platform functions of AMD's chipset vendor id
+///   0x1022 (USB, crypto, audio co-processor: Zen APUs behind a bridge). A
+///   Radeon card sits behind a bridge and its slot holds only its own
+///   functions (vendor 0x1002).
 pub fn is_discrete(gpu: &PciFunction, all: &[PciFunction]) -> Option<bool> {
     if gpu.removable == Some(true) {
         return Some(true);
     }
     match gpu.vendor {
-        VENDOR_NVIDIA => Some(true),
+        VENDOR_NVIDIA => Some(!is_nvidia_chipset_gpu(gpu.device)),
         VENDOR_INTEL => Some(gpu.addr.bus != 0),
         VENDOR_AMD_GPU => {
+            if gpu.addr.bus == 0 {
+                return Some(false);
+            }
             let apu = all.iter().any(|f| {
                 f.addr != gpu.addr && f.addr.same_slot(&gpu.addr) && f.vendor == VENDOR_AMD_PLATFORM
             });
@@ -176,6 +204,47 @@ pub fn wake_files(dir: &Path) -> Vec<super::FileId> {
         })
         .collect();
     out.sort();
+    out
+}
+
+/// The function's sysfs files that enumerators read to find a GPU but that
+/// nothing needs from a blocked one: `uevent` (libdrm's `drmGetDevices2`
+/// reads `PCI_SLOT_NAME` from it and skips a device whose read fails — what
+/// Mesa's loader, the Vulkan drivers, Xorg and compositors call). With the
+/// lsm backend a blocked GPU is thus skipped by libdrm without an error,
+/// while its nodes stay present for `access`/`stat`/`bwrap --dev-bind`.
+pub fn enum_files(dir: &Path) -> Vec<super::FileId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(dir.join("uevent"))
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| super::FileId {
+            dev: super::DevNum::from_userspace(m.dev()),
+            ino: m.ino(),
+        })
+        .into_iter()
+        .collect()
+}
+
+/// The ALSA device nodes of an audio function: `dev` of every entry of
+/// `<function>/sound/cardN/` (`controlC1`, `hwC1D0`, `pcmC1D3p`, …).
+pub fn sound_nodes(dir: &Path) -> Vec<super::DevNum> {
+    let mut out = Vec::new();
+    let Ok(cards) = std::fs::read_dir(dir.join("sound")) else {
+        return out;
+    };
+    for card in cards.flatten() {
+        let Ok(entries) = std::fs::read_dir(card.path()) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            if let Some(d) = read_attr(&e.path().join("dev")).and_then(|d| d.parse().ok()) {
+                out.push(d);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
     out
 }
 
@@ -285,5 +354,20 @@ mod tests {
         let mut egpu = func("0000:07:00.0", 0x1234, 0x030000);
         egpu.removable = Some(true);
         assert_eq!(is_discrete(&egpu, &[]), Some(true));
+        // Pre-Zen APU (Kabini) on the root bus, its HDMI audio its only sibling.
+        let kabini = func("0000:00:01.0", VENDOR_AMD_GPU, 0x030000);
+        let kabini_audio = func("0000:00:01.1", VENDOR_AMD_GPU, 0x040300);
+        assert_eq!(
+            is_discrete(&kabini, &[kabini.clone(), kabini_audio]),
+            Some(false)
+        );
+        // GeForce 9400M (MCP79) and 320M (MCP89): chipset GPUs.
+        let mut mcp79 = func("0000:02:00.0", VENDOR_NVIDIA, 0x030000);
+        mcp79.device = 0x0863;
+        assert_eq!(is_discrete(&mcp79, &[]), Some(false));
+        mcp79.device = 0x08a0;
+        assert_eq!(is_discrete(&mcp79, &[]), Some(false));
+        mcp79.device = 0x0a29; // GT 330M, the MacBook Pro's discrete one
+        assert_eq!(is_discrete(&mcp79, &[]), Some(true));
     }
 }

@@ -213,6 +213,7 @@ struct GpuRec {
 #[derive(Default)]
 pub struct Builder {
     pci: Vec<PciRec>,
+    sound: Vec<(String, u32)>,
     simpledrm: Option<u32>,
     no_iommu: bool,
     name: String,
@@ -304,6 +305,14 @@ impl Builder {
                 virtio_index: g.virtio_index,
             }),
         });
+        self
+    }
+
+    /// An ALSA card on an audio function added before: `<function>/sound/cardN/`
+    /// with `controlCN`, `hwCND0` and `pcmCND3p` (major 116) and their
+    /// `class/sound` and `dev/char` links, as snd_hda_intel registers them.
+    pub fn sound_card(mut self, addr: &str, card: u32) -> Self {
+        self.sound.push((addr.into(), card));
         self
     }
 
@@ -462,6 +471,12 @@ impl Builder {
                 info.nodes.push(format!("195:{minor}"));
             }
             gpus.push(info);
+        }
+        for (addr, card) in &self.sound {
+            let dir = dirs
+                .get(addr)
+                .unwrap_or_else(|| panic!("sound_card: no PCI function {addr}"));
+            write_sound_card(&t, dir, *card);
         }
         if recs.iter().any(|r| r.driver.as_deref() == Some("nvidia")) {
             write_nvidia_module(
@@ -779,6 +794,34 @@ fn write_drm_minor(t: &Tree, parent: &str, name: &str, minor: u32) {
     t.link(&format!("{dir}/subsystem"), "class/drm");
     t.link(&format!("class/drm/{name}"), &dir);
     t.link(&format!("dev/char/226:{minor}"), &dir);
+}
+
+/// `<function>/sound/cardN/{controlCN,hwCND0,pcmCND3p}` with `dev` (116:minor).
+fn write_sound_card(t: &Tree, fn_dir: &str, card: u32) {
+    let cdir = format!("{fn_dir}/sound/card{card}");
+    t.file(&format!("{cdir}/id"), "NVidia\n", 0o444);
+    t.file(&format!("{cdir}/number"), format!("{card}\n"), 0o444);
+    t.link(&format!("{cdir}/device"), fn_dir);
+    t.link(&format!("{cdir}/subsystem"), "class/sound");
+    t.link(&format!("class/sound/card{card}"), &cdir);
+    let nodes = [
+        (format!("controlC{card}"), card * 8),
+        (format!("hwC{card}D0"), card * 8 + 1),
+        (format!("pcmC{card}D3p"), card * 8 + 2),
+    ];
+    for (name, minor) in nodes {
+        let dir = format!("{cdir}/{name}");
+        t.file(&format!("{dir}/dev"), format!("116:{minor}\n"), 0o444);
+        t.file(
+            &format!("{dir}/uevent"),
+            format!("MAJOR=116\nMINOR={minor}\nDEVNAME=snd/{name}\n"),
+            0o644,
+        );
+        t.link(&format!("{dir}/device"), &cdir);
+        t.link(&format!("{dir}/subsystem"), "class/sound");
+        t.link(&format!("class/sound/{name}"), &dir);
+        t.link(&format!("dev/char/116:{minor}"), &dir);
+    }
 }
 
 fn write_connector(t: &Tree, card_dir: &str, name: &str, connected: bool, id: u32) {

@@ -56,6 +56,13 @@ pub struct Env {
     pub cgroup: PathBuf,
     pub daemon: Option<Child>,
     pub extra_daemon_args: Vec<String>,
+    /// Extra environment for the daemon.
+    pub extra_env: Vec<(String, String)>,
+    /// The sd_notify socket after READY=1 (later messages: WATCHDOG=1).
+    pub notify_rx: Option<UnixDatagram>,
+    /// The daemon's log, read as it is written (a full pipe would block a
+    /// daemon that logs a lot before the test stops it).
+    log: Option<std::thread::JoinHandle<String>>,
 }
 
 impl Env {
@@ -75,6 +82,9 @@ impl Env {
             cgroup,
             daemon: None,
             extra_daemon_args: Vec::new(),
+            extra_env: Vec::new(),
+            notify_rx: None,
+            log: None,
         }
     }
 
@@ -109,10 +119,17 @@ impl Env {
             .arg("--cgroup")
             .arg(&self.cgroup)
             .args(&self.extra_daemon_args)
+            .envs(self.extra_env.iter().map(|(k, v)| (k, v)))
             .env("NOTIFY_SOCKET", &notify)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        let child = cmd.spawn().unwrap();
+        let mut child = cmd.spawn().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        self.log = Some(std::thread::spawn(move || {
+            let mut log = String::new();
+            let _ = err.read_to_string(&mut log);
+            log
+        }));
         self.daemon = Some(child);
         let mut buf = [0u8; 256];
         let got = loop {
@@ -122,7 +139,10 @@ impl Env {
             }
         };
         match got {
-            Ok(n) => assert_eq!(&buf[..n], b"READY=1"),
+            Ok(n) => {
+                assert_eq!(&buf[..n], b"READY=1");
+                self.notify_rx = Some(rx);
+            }
             Err(e) => {
                 let log = self.stop();
                 panic!("daemon did not signal readiness ({e}); its log:\n{log}");
@@ -154,11 +174,10 @@ impl Env {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        let mut log = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = e.read_to_string(&mut log);
-        }
-        log
+        self.log
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default()
     }
 
     /// Runs `gpuctl ARGS` against this environment.

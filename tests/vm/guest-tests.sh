@@ -46,10 +46,25 @@ bin=$tmp/gpuctl
 "$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/vmopen" "$here/vmopen.c" \
   || die "building vmopen.c with $cc -static failed (static glibc: package libc6-dev)"
 
+# Real clients (tests/vm/clients.sh): the real bwrap (package bubblewrap) and a libdrm
+# probe built against the real libdrm (package libdrm-dev), with the shared libraries they
+# load, at the same paths in the guest.
+command -v bwrap >/dev/null || die "bwrap not found (apt-get install bubblewrap)"
+pkg-config --exists libdrm 2>/dev/null || die "libdrm not found (apt-get install libdrm-dev pkg-config)"
+# shellcheck disable=SC2046  # pkg-config prints one flag per word
+"$cc" -O2 -Wall -Wextra -Werror $(pkg-config --cflags libdrm) -o "$tmp/drmprobe" \
+  "$here/drmprobe.c" $(pkg-config --libs libdrm) || die "building drmprobe.c against libdrm failed"
+bwrap_bin=$(command -v bwrap)
+client_adds=(--add "$tmp/drmprobe:/bin/drmprobe" --add "$bwrap_bin:/usr/bin/bwrap"
+             --add "$here/clients.sh:/clients.sh")
+while read -r lib; do
+  client_adds+=(--add "$(readlink -f "$lib"):$lib")
+done < <(ldd "$tmp/drmprobe" "$bwrap_bin" | grep -oE '/[^ ]+\.so[^ ]*' | sort -u)
+
 no_bpf_lsm="lsm=landlock,lockdown,yama,loadpin,safesetid,integrity,apparmor,selinux,smack,tomoyo"
 # label | kernel command-line words (the NAME=value ones become guest.sh's environment)
 boots=(
-  "lsm|GPUCTL_BACKEND=lsm EXPECT_BACKEND=lsm EXPECT_ERRNO=ENOENT"
+  "lsm|GPUCTL_BACKEND=lsm EXPECT_BACKEND=lsm EXPECT_ERRNO=EPERM"
   "cgroup|GPUCTL_BACKEND=cgroup EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM"
   "auto-fallback|$no_bpf_lsm GPUCTL_BACKEND=auto EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM EXPECT_LSM_REFUSED=1"
 )
@@ -62,7 +77,7 @@ for b in "${boots[@]}"; do
   ran=$((ran + 1))
   log=$repo/target/vm/guest-$label.log
   t0=$SECONDS
-  args=(--binary "$bin" --script "$here/guest.sh" --add "$tmp/vmopen:/bin/vmopen"
+  args=(--binary "$bin" --script "$here/guest.sh" --add "$tmp/vmopen:/bin/vmopen" "${client_adds[@]}"
         --name "guest-$label" --log "$log" --timeout 90 --append "$append")
   [[ $verbose == 1 ]] || args+=(--quiet)
   set +e

@@ -2,6 +2,10 @@
  *
  *   vmopen PATH [PATH...]        open(PATH, O_RDONLY | O_NONBLOCK | O_CLOEXEC), then close
  *   vmopen --stat PATH [PATH...] stat(PATH) instead
+ *   vmopen --statx PATH [PATH...]  statx(AT_FDCWD, PATH, 0, STATX_BASIC_STATS)
+ *   vmopen --access PATH [PATH...] access(PATH, F_OK) (what GLib's g_file_test and so
+ *                                  Flatpak use to decide which /dev nodes to bind)
+ *   vmopen --faccessat2 PATH...    faccessat2(AT_FDCWD, PATH, F_OK, AT_EACCESS)
  *
  * Prints one line per path: "PATH ok", or "PATH ENOENT" / "EPERM" / "ENXIO" / "EACCES" /
  * "ENODEV" / "E<errno>" (a number when the name is not in the short list below). Never
@@ -11,12 +15,18 @@
  * Built by tests/vm/guest-tests.sh with `gcc -static -O2` and added to the guest as
  * /bin/vmopen.
  */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#ifndef SYS_faccessat2
+#define SYS_faccessat2 439
+#endif
 
 static const char *errname(int e)
 {
@@ -48,34 +58,63 @@ static const char *errname(int e)
 	return buf;
 }
 
+enum how { OPEN, STAT, STATX, ACCESS, FACCESSAT2 };
+
+static int try_path(enum how how, const char *path)
+{
+	struct stat st;
+	struct statx stx;
+	int fd;
+
+	switch (how) {
+	case STAT:
+		return stat(path, &st) ? errno : 0;
+	case STATX:
+		return statx(AT_FDCWD, path, 0, STATX_BASIC_STATS, &stx) ? errno : 0;
+	case ACCESS:
+		return access(path, F_OK) ? errno : 0;
+	case FACCESSAT2:
+		return syscall(SYS_faccessat2, AT_FDCWD, path, F_OK, AT_EACCESS) ? errno : 0;
+	case OPEN:
+		break;
+	}
+	fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	int use_stat = 0, failed = 0, i = 1;
+	static const struct {
+		const char *flag;
+		enum how how;
+	} flags[] = {
+	    {"--stat", STAT},
+	    {"--statx", STATX},
+	    {"--access", ACCESS},
+	    {"--faccessat2", FACCESSAT2},
+	};
+	enum how how = OPEN;
+	int failed = 0, i = 1;
+	unsigned int f;
 
-	if (i < argc && strcmp(argv[i], "--stat") == 0) {
-		use_stat = 1;
-		i++;
+	for (f = 0; i < argc && f < sizeof(flags) / sizeof(flags[0]); f++) {
+		if (strcmp(argv[i], flags[f].flag) == 0) {
+			how = flags[f].how;
+			i++;
+			break;
+		}
 	}
 	if (i >= argc) {
-		fprintf(stderr, "usage: vmopen [--stat] PATH [PATH...]\n");
+		fprintf(stderr,
+			"usage: vmopen [--stat|--statx|--access|--faccessat2] PATH [PATH...]\n");
 		return 2;
 	}
 	for (; i < argc; i++) {
-		int err = 0;
+		int err = try_path(how, argv[i]);
 
-		if (use_stat) {
-			struct stat st;
-
-			if (stat(argv[i], &st) != 0)
-				err = errno;
-		} else {
-			int fd = open(argv[i], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-
-			if (fd < 0)
-				err = errno;
-			else
-				close(fd);
-		}
 		printf("%s %s\n", argv[i], err ? errname(err) : "ok");
 		if (err)
 			failed = 1;

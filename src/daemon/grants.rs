@@ -1,0 +1,411 @@
+//! Grants bound to live processes (smart mode).
+//!
+//! A grant is keyed by tgid in the kernel's map and carries the process's
+//! start time (clock ticks since boot, field 22 of `/proc/<pid>/stat`); the
+//! BPF side ignores an entry whose start time is not the current holder's of
+//! that pid, so a grant never passes to a process that reuses the pid.
+//!
+//! - `gpuctl run` grants the connecting process only: the daemon holds a
+//!   pidfd of it from accept (`SO_PEERPIDFD`, or `pidfd_open`), reads its
+//!   start time while the pidfd shows it alive (so the pid is still its), and
+//!   checks again after the insert (an exit in between removes the entry).
+//! - **Sweep**: entries whose process is gone (or whose pid now belongs to
+//!   another process) are removed on grant requests (at most once a second),
+//!   on `status`, and before a grant that found the map full.
+//! - **Per uid**: one uid holds at most [`PER_UID_RUN_GRANTS`] grants made by
+//!   `gpuctl run` (root: no cap).
+//! - **Restart**: on a clean stop the grants are saved with the boot id; the
+//!   next daemon re-installs those whose process still runs with the same
+//!   start time, and grants the processes they forked while no daemon ran.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::auth::{self, Peer};
+use super::Daemon;
+use crate::bpf::{self, Grant, GrantHow};
+use crate::policy::Mode;
+use crate::proto::{Code, Response};
+use crate::safefile::{self, ReadError};
+
+/// `gpuctl run` grants one non-root uid may hold at once.
+pub const PER_UID_RUN_GRANTS: usize = 256;
+/// Sweeps triggered by grant requests run at most this often.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Facts of a live process from `/proc/<pid>/stat` and its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcInfo {
+    pub ppid: u32,
+    /// Clock ticks since boot.
+    pub start: u64,
+    pub uid: u32,
+}
+
+/// Parses `/proc/<pid>/stat`: `pid (comm) state ppid … starttime(22) …`.
+/// The comm can hold spaces and parentheses: fields count from the last ')'.
+pub fn parse_stat(stat: &str) -> Option<(u32, u64)> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // rest starts at field 3 (state): field N is f[N - 3].
+    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+}
+
+/// The process `pid` as `/proc` shows it now (`None`: no such process).
+pub fn proc_info(pid: u32) -> Option<ProcInfo> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = Path::new("/proc").join(pid.to_string());
+    let stat = safefile::read_capped(&dir.join("stat"), 4096).ok()?;
+    let (ppid, start) = parse_stat(&String::from_utf8_lossy(&stat))?;
+    let uid = std::fs::metadata(&dir).ok()?.uid();
+    Some(ProcInfo { ppid, start, uid })
+}
+
+/// The kernel's boot id (grants saved under another boot mean nothing).
+fn boot_id() -> Option<String> {
+    let b = safefile::read_capped(Path::new("/proc/sys/kernel/random/boot_id"), 64).ok()?;
+    Some(String::from_utf8_lossy(&b).trim().to_string())
+}
+
+/// Now, in clock ticks since boot (the unit of process start times).
+fn now_ticks() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for clock_gettime to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_BOOTTIME, &mut t) } != 0 {
+        return 0;
+    }
+    t.tv_sec as u64 * 100 + t.tv_nsec as u64 / 10_000_000
+}
+
+#[derive(Serialize, Deserialize)]
+struct SavedGrants {
+    boot_id: String,
+    /// When they were saved (clock ticks since boot).
+    saved: u64,
+    grants: Vec<Grant>,
+}
+
+/// Grants to re-install after a restart: the saved ones whose process still
+/// runs with the same start time, and every process started since the save
+/// whose nearest granted ancestor is one of them (it was forked while no
+/// daemon ran; it inherits that grant, as the fork hook would have done).
+/// `procs` is every live process (pid → facts).
+pub fn restorable(saved: &[Grant], saved_at: u64, procs: &BTreeMap<u32, ProcInfo>) -> Vec<Grant> {
+    let mut by_pid: BTreeMap<u32, Grant> = saved
+        .iter()
+        .filter(|g| procs.get(&g.pid).is_some_and(|p| p.start == g.start))
+        .map(|g| (g.pid, g.clone()))
+        .collect();
+    let live: BTreeMap<u32, Grant> = by_pid.clone();
+    for (&pid, info) in procs {
+        if by_pid.contains_key(&pid) || info.start < saved_at {
+            continue;
+        }
+        // Walk up while the ancestors are themselves new (bounded: a chain
+        // longer than the process count is a loop).
+        let (mut cur, mut child_start) = (info.ppid, info.start);
+        for _ in 0..procs.len() {
+            let Some(p) = procs.get(&cur) else { break };
+            // A parent must have started before its child: otherwise the pid
+            // was reused and the chain is broken.
+            if p.start > child_start {
+                break;
+            }
+            if let Some(g) = live.get(&cur) {
+                by_pid.insert(
+                    pid,
+                    Grant {
+                        pid,
+                        start: info.start,
+                        ..g.clone()
+                    },
+                );
+                break;
+            }
+            if p.start < saved_at {
+                break;
+            }
+            child_start = p.start;
+            cur = p.ppid;
+        }
+    }
+    by_pid.into_values().collect()
+}
+
+/// Every live process, from `/proc`.
+fn all_procs() -> BTreeMap<u32, ProcInfo> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return BTreeMap::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, proc_info(pid)?)))
+        .collect()
+}
+
+impl Daemon {
+    fn grants_path(&self) -> std::path::PathBuf {
+        self.state_path.with_file_name("grants.json")
+    }
+
+    /// Removes grants whose process is gone or whose pid now belongs to
+    /// another process. Returns the live grants with their owners' uids.
+    pub(super) fn sweep_grants(&mut self) -> Vec<(Grant, Option<u32>)> {
+        self.last_sweep = Some(Instant::now());
+        let mut live = Vec::new();
+        for g in self.enforcer.grants() {
+            match proc_info(g.pid) {
+                Some(p) if p.start == g.start => live.push((g, Some(p.uid))),
+                _ => {
+                    if let Err(e) = self.enforcer.revoke(g.pid) {
+                        log!("{e:#}");
+                    }
+                }
+            }
+        }
+        live
+    }
+
+    /// `gpuctl run`: grants the caller's own process (the one that
+    /// connected, held as a pidfd) access to `gpu`.
+    pub(super) fn grant_peer(
+        &mut self,
+        peer: &Peer,
+        gpu: &crate::gpu::Gpu,
+        only: bool,
+    ) -> Result<(), Response> {
+        let gone = || {
+            Response::err(
+                Code::Refused,
+                "refused: the process that asked for the grant has exited (a grant belongs to a \
+                 live process, never to a pid number)",
+            )
+        };
+        let (Some(pidfd), Ok(pid)) = (&peer.pidfd, u32::try_from(peer.pid)) else {
+            return Err(gone());
+        };
+        // Read while the pidfd shows the process alive: the pid is still
+        // its, so the start time read is its.
+        let info = proc_info(pid);
+        let Some(info) = info.filter(|_| auth::alive(pidfd)) else {
+            return Err(gone());
+        };
+        if self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            self.sweep_grants();
+        }
+        if peer.uid != 0 {
+            let mine = self
+                .enforcer
+                .grants()
+                .iter()
+                .filter(|g| g.how == GrantHow::Run)
+                .filter(|g| proc_info(g.pid).is_some_and(|p| p.uid == peer.uid))
+                .count();
+            if mine >= PER_UID_RUN_GRANTS {
+                return Err(Response::err(
+                    Code::Refused,
+                    format!(
+                        "refused: uid {} already holds {mine} grants from `gpuctl run` (at most \
+                         {PER_UID_RUN_GRANTS} per user)",
+                        peer.uid
+                    ),
+                ));
+            }
+        }
+        let g = Grant {
+            pid,
+            gpus: 1 << gpu.id,
+            how: GrantHow::Run,
+            only,
+            start: info.start,
+        };
+        let mut stored = self.enforcer.grant(&g).map_err(internal)?;
+        if !stored {
+            // Full: drop the dead, then try once more.
+            self.sweep_grants();
+            stored = self.enforcer.grant(&g).map_err(internal)?;
+        }
+        if !stored {
+            return Err(Response::err(
+                Code::Refused,
+                format!(
+                    "refused: {} processes already hold a grant (max_grants in the config); \
+                     this one stays denied",
+                    self.config.max_grants
+                ),
+            ));
+        }
+        // It may have exited between the read and the insert: then the
+        // exit hook found nothing to remove, and the entry must go.
+        if !auth::alive(pidfd) {
+            let _ = self.enforcer.revoke(pid);
+            return Err(gone());
+        }
+        Ok(())
+    }
+
+    /// On a clean stop: saves the grants for the next daemon (smart mode).
+    pub(super) fn save_grants(&mut self) {
+        let path = self.grants_path();
+        if self.choice.mode != Mode::Smart {
+            let _ = std::fs::remove_file(&path);
+            return;
+        }
+        let grants: Vec<Grant> = self.sweep_grants().into_iter().map(|(g, _)| g).collect();
+        let Some(boot_id) = boot_id() else {
+            return;
+        };
+        let saved = SavedGrants {
+            boot_id,
+            saved: now_ticks(),
+            grants,
+        };
+        let n = saved.grants.len();
+        let res = serde_json::to_vec(&saved)
+            .map_err(anyhow::Error::from)
+            .and_then(|b| Ok(safefile::write_atomic(&path, &b, 0o600)?));
+        match res {
+            Ok(()) if n > 0 => log!("saved {n} grant(s) for the next start"),
+            Ok(()) => {}
+            Err(e) => log!("saving grants to {} failed: {e:#}", path.display()),
+        }
+    }
+
+    /// At start, after the saved mode is in force: re-installs the grants a
+    /// previous daemon saved (see [`restorable`]). The file is consumed.
+    pub(super) fn restore_grants(&mut self) {
+        let path = self.grants_path();
+        let bytes = match safefile::read_own(&path) {
+            Ok(b) => b,
+            Err(ReadError::Missing) => return,
+            Err(e) => {
+                log!("ignoring saved grants {}: {e}", path.display());
+                let _ = std::fs::remove_file(&path);
+                return;
+            }
+        };
+        let _ = std::fs::remove_file(&path);
+        let saved: SavedGrants = match serde_json::from_slice(&bytes) {
+            Ok(s) => s,
+            Err(e) => {
+                log!("ignoring saved grants {}: {e}", path.display());
+                return;
+            }
+        };
+        if self.choice.mode != Mode::Smart || Some(&saved.boot_id) != boot_id().as_ref() {
+            return;
+        }
+        let restore = restorable(&saved.grants, saved.saved, &all_procs());
+        let mut n = 0;
+        for g in &restore {
+            match self.enforcer.grant(g) {
+                Ok(true) => n += 1,
+                Ok(false) => log!("grant map full: pid {} not restored", g.pid),
+                Err(e) => log!("{e:#}"),
+            }
+        }
+        log!(
+            "restored {n} grant(s) of {} saved ({} dropped: process gone)",
+            restore.len(),
+            saved
+                .grants
+                .len()
+                .saturating_sub(restore.iter().filter(|g| saved.grants.contains(g)).count())
+        );
+    }
+
+    /// Grants as `status` shows them: everything to root and the group; a
+    /// plain user sees their own processes and the number of the others.
+    pub(super) fn grants_view(
+        &mut self,
+        viewer: Option<&Peer>,
+        privileged: bool,
+    ) -> serde_json::Value {
+        let mut live = self.sweep_grants();
+        live.sort_by_key(|(g, _)| g.pid);
+        let mut hidden = 0;
+        let shown: Vec<serde_json::Value> = live
+            .into_iter()
+            .filter(|(_, uid)| {
+                let ok = privileged || viewer.is_some_and(|v| Some(v.uid) == *uid);
+                hidden += usize::from(!ok);
+                ok
+            })
+            .map(|(g, uid)| {
+                let comm = std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
+                    .map(|c| c.trim().to_string())
+                    .ok();
+                let gpus: Vec<u32> = (0..bpf::MAX_GPUS)
+                    .filter(|i| g.gpus & (1 << i) != 0)
+                    .collect();
+                json!({"pid": g.pid, "comm": comm, "uid": uid, "how": g.how, "only": g.only,
+                       "gpus": if g.gpus == u32::MAX { json!("all") } else { json!(gpus) }})
+            })
+            .collect();
+        json!({ "shown": shown, "hidden": hidden })
+    }
+}
+
+fn internal(e: anyhow::Error) -> Response {
+    Response::err(Code::Internal, format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_hostile_comm() {
+        let s = "4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 1 2\n";
+        assert_eq!(parse_stat(s), Some((1, 98765)));
+        assert_eq!(parse_stat("garbage"), None);
+        let me = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let (ppid, _) = parse_stat(&me).unwrap();
+        // SAFETY: getppid has no preconditions.
+        assert_eq!(ppid as i32, unsafe { libc::getppid() });
+    }
+
+    fn g(pid: u32, start: u64) -> Grant {
+        Grant {
+            pid,
+            gpus: 2,
+            how: GrantHow::Run,
+            only: false,
+            start,
+        }
+    }
+
+    fn p(ppid: u32, start: u64) -> ProcInfo {
+        ProcInfo {
+            ppid,
+            start,
+            uid: 1000,
+        }
+    }
+
+    #[test]
+    fn restores_live_grants_and_gap_children_only() {
+        let saved = [g(100, 50), g(200, 60), g(300, 70)];
+        let procs = BTreeMap::from([
+            (1, p(0, 0)),
+            (100, p(1, 50)),     // alive, same process: restored
+            (200, p(1, 999)),    // pid reused by another process: not restored
+            (101, p(100, 150)),  // forked by 100 after the save: inherits
+            (102, p(101, 160)),  // its child: inherits too
+            (103, p(100, 90)),   // forked before the save, not in the map: it had exec'd
+            (400, p(1, 170)),    // unrelated new process
+            (201, p(200, 1000)), // child of the reused pid: no grant
+        ]);
+        let r = restorable(&saved, 100, &procs);
+        let got: Vec<(u32, u64)> = r.iter().map(|g| (g.pid, g.start)).collect();
+        assert_eq!(got, vec![(100, 50), (101, 150), (102, 160)]);
+        assert!(r.iter().all(|x| x.gpus == 2 && x.how == GrantHow::Run));
+    }
+}

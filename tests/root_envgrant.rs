@@ -1,0 +1,262 @@
+//! Tier 2: environment grants decided in the kernel match what the loaders
+//! select (issue 10), on a two-GPU and a three-GPU machine, as root. Each
+//! case execs a shell with one environment and opens each offload GPU's
+//! render node: ENXIO (no driver here) means the kernel let it through,
+//! EPERM that it was denied. The same table runs without the kernel in
+//! src/envgrant.rs; this proves the BPF side agrees.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::fixture::{machine, Builder, Func, Gpu, Machine, CLASS_HDA};
+use common::harness::{describe, join_cgroup_before_exec, root_or_skip, Env, BIN, ENXIO, EPERM};
+
+const OPEN: &str = r#"exec 3<>"$0""#;
+
+/// errno of opening `node` from `sh` exec'd with exactly `envs` (plus PATH).
+fn open_with(env: &Env, node: &str, envs: &[(&str, &str)]) -> i32 {
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", OPEN, node])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .envs(envs.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    join_cgroup_before_exec(&mut cmd, &env.cgroup);
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("Operation not permitted") {
+        EPERM
+    } else if err.contains("No such device or address") {
+        ENXIO
+    } else {
+        panic!("{envs:?}: {}", describe(&out))
+    }
+}
+
+fn smart(m: Machine) -> Env {
+    let mut env = Env::new(m);
+    env.start();
+    let out = env.gpuctl(&["set", "smart"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    env
+}
+
+/// An environment, and whether each offload node opens under it.
+type Case<'a> = (&'a [(&'a str, &'a str)], &'a [bool]);
+
+/// Checks every case: `want[i]` is whether offload node `nodes[i]` opens.
+fn check(env: &Env, nodes: &[String], cases: &[Case]) {
+    for (envs, want) in cases {
+        for (node, ok) in nodes.iter().zip(want.iter()) {
+            let want_errno = if *ok { ENXIO } else { EPERM };
+            assert_eq!(open_with(env, node, envs), want_errno, "{envs:?} {node}");
+        }
+    }
+}
+
+#[test]
+fn two_gpus_grant_what_the_loaders_select() {
+    if !root_or_skip(module_path!()) {
+        return;
+    }
+    // intel_nvidia: i915 iGPU 00:02.0 (8086:46a6, default), RTX 3050 01:00.0.
+    let env = smart(machine("intel_nvidia"));
+    let nv = env.mknod(226, 129).to_string_lossy().into_owned();
+    let nodes = [nv];
+    let y: &[bool] = &[true];
+    let n: &[bool] = &[false];
+    let icd = "/usr/share/vulkan/icd.d/nvidia_icd.json";
+    let cases: &[Case] = &[
+        (&[], n),
+        (&[("DRI_PRIME", "1")], y),
+        (&[("DRI_PRIME", "3")], y),
+        (&[("DRI_PRIME", "0")], n),
+        (&[("DRI_PRIME", "00")], n),
+        (&[("DRI_PRIME", "yes")], n),
+        (&[("DRI_PRIME", "pci-0000_01_00_0")], y),
+        (&[("DRI_PRIME", "pci-0000_01_00_0!")], y),
+        (&[("DRI_PRIME", "pci-0000_00_02_0")], n),
+        (&[("DRI_PRIME", "8086:46a6")], n),
+        (&[("DRI_PRIME", "10de:25a2")], y),
+        (&[("MESA_VK_DEVICE_SELECT", "10de:25a2!")], y),
+        (&[("MESA_VK_DEVICE_SELECT", "8086:46a6")], n),
+        (&[("__NV_PRIME_RENDER_OFFLOAD", "1")], y),
+        (&[("__VK_LAYER_NV_optimus", "NVIDIA_only")], y),
+        (&[("VK_ICD_FILENAMES", icd)], y),
+        (&[("VK_DRIVER_FILES", icd)], y),
+        (&[("VK_LOADER_DRIVERS_SELECT", "nvidia*")], y),
+        (
+            &[(
+                "VK_ICD_FILENAMES",
+                "/usr/share/vulkan/icd.d/intel_icd.x86_64.json",
+            )],
+            n,
+        ),
+        (&[("DRI_PRIMEX", "1")], n),
+    ];
+    check(&env, &nodes, cases);
+}
+
+/// Intel iGPU (default) + RTX 4090 (nvidia) + Radeon RX 6800 (amdgpu).
+fn three_gpus() -> Machine {
+    Builder::new()
+        .name("intel_nvidia_amd")
+        .pci_bridge("0000:00:01.0", None, 0x8086, 0x460d)
+        .pci_bridge("0000:00:01.1", None, 0x8086, 0x462d)
+        .gpu(Gpu {
+            driver: Some("i915"),
+            boot_vga: Some(true),
+            card: Some(1),
+            render: Some(128),
+            connectors: &[("eDP-1", true)],
+            ..Gpu::new("0000:00:02.0", 0x8086, 0x4680)
+        })
+        .gpu(Gpu {
+            parent: Some("0000:00:01.0"),
+            driver: Some("nvidia"),
+            boot_vga: Some(false),
+            card: Some(0),
+            render: Some(129),
+            nvidia_minor: Some(0),
+            ..Gpu::new("0000:01:00.0", 0x10de, 0x2684)
+        })
+        .pci_function(Func {
+            parent: Some("0000:00:01.0"),
+            driver: Some("snd_hda_intel"),
+            ..Func::new("0000:01:00.1", 0x10de, 0x22ba, CLASS_HDA)
+        })
+        .gpu(Gpu {
+            parent: Some("0000:00:01.1"),
+            driver: Some("amdgpu"),
+            boot_vga: Some(false),
+            card: Some(2),
+            render: Some(130),
+            ..Gpu::new("0000:02:00.0", 0x1002, 0x73bf)
+        })
+        .expect_default(Some("0000:00:02.0"))
+        .build()
+}
+
+#[test]
+fn three_gpus_grant_only_the_selected_one() {
+    if !root_or_skip(module_path!()) {
+        return;
+    }
+    let env = smart(three_gpus());
+    let nv = env.mknod(226, 129).to_string_lossy().into_owned();
+    let amd = env.mknod(226, 130).to_string_lossy().into_owned();
+    let nodes = [nv, amd];
+    let cases: &[Case] = &[
+        (&[], &[false, false]),
+        (&[("DRI_PRIME", "1")], &[true, true]),
+        (&[("DRI_PRIME", "2")], &[true, true]),
+        (&[("DRI_PRIME", "pci-0000_01_00_0")], &[true, false]),
+        (&[("DRI_PRIME", "pci-0000_02_00_0!")], &[false, true]),
+        (&[("DRI_PRIME", "pci-0000_00_02_0")], &[false, false]),
+        (&[("DRI_PRIME", "1002:73BF")], &[false, true]),
+        (&[("MESA_VK_DEVICE_SELECT", "10de:2684!")], &[true, false]),
+        (&[("MESA_VK_DEVICE_SELECT", "8086:4680")], &[false, false]),
+        (&[("__NV_PRIME_RENDER_OFFLOAD", "1")], &[true, false]),
+        (&[("__VK_LAYER_NV_optimus", "NVIDIA_only")], &[true, false]),
+        (&[("VK_LOADER_DRIVERS_SELECT", "*radeon*")], &[false, true]),
+        (
+            &[
+                ("DRI_PRIME", "pci-0000_02_00_0"),
+                ("__NV_PRIME_RENDER_OFFLOAD", "1"),
+            ],
+            &[true, true],
+        ),
+        // The string is found after a long environment too.
+        (
+            &[
+                ("AAA_BIG", &"x".repeat(10_000)),
+                ("DRI_PRIME", "pci-0000_01_00_0"),
+            ],
+            &[true, false],
+        ),
+    ];
+    check(&env, &nodes, cases);
+}
+
+fn two_nvidia() -> Machine {
+    Builder::new()
+        .name("two_nvidia")
+        .pci_bridge("0000:00:01.0", None, 0x8086, 0x460d)
+        .pci_bridge("0000:00:01.1", None, 0x8086, 0x462d)
+        .gpu(Gpu {
+            driver: Some("i915"),
+            boot_vga: Some(true),
+            card: Some(0),
+            render: Some(128),
+            connectors: &[("eDP-1", true)],
+            ..Gpu::new("0000:00:02.0", 0x8086, 0x4680)
+        })
+        .gpu(Gpu {
+            parent: Some("0000:00:01.0"),
+            driver: Some("nvidia"),
+            boot_vga: Some(false),
+            card: Some(1),
+            render: Some(129),
+            nvidia_minor: Some(0),
+            ..Gpu::new("0000:01:00.0", 0x10de, 0x2684)
+        })
+        .gpu(Gpu {
+            parent: Some("0000:00:01.1"),
+            driver: Some("nvidia"),
+            boot_vga: Some(false),
+            card: Some(2),
+            render: Some(130),
+            nvidia_minor: Some(1),
+            ..Gpu::new("0000:02:00.0", 0x10de, 0x2684)
+        })
+        .build()
+}
+
+/// `gpuctl run --gpu GPU -- env`'s output.
+fn run_env(m: &Machine, socket: &std::path::Path, gpu: &str) -> String {
+    let out = Command::new(BIN)
+        .env("GPUCTL_SOCKET", socket)
+        .env("GPUCTL_SYSFS_ROOT", m.sysfs())
+        .env("GPUCTL_PROCFS_ROOT", m.procfs())
+        .args(["run", "--gpu", gpu, "--", "/usr/bin/env"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `gpuctl run --gpu` on a machine with two NVIDIA GPUs names the provider
+/// (NVIDIA-G<n>, n in device-minor order), without a daemon and through it.
+#[test]
+fn run_names_the_nvidia_provider_with_several_nvidia_gpus() {
+    let m = two_nvidia();
+    let none = m.root().join("no-daemon.sock");
+    let vars = run_env(&m, &none, "2");
+    assert!(
+        vars.contains("__NV_PRIME_RENDER_OFFLOAD_PROVIDER=NVIDIA-G1"),
+        "{vars}"
+    );
+    assert!(vars.contains("__NV_PRIME_RENDER_OFFLOAD=1"), "{vars}");
+    let vars = run_env(&m, &none, "01:00.0");
+    assert!(
+        vars.contains("__NV_PRIME_RENDER_OFFLOAD_PROVIDER=NVIDIA-G0"),
+        "{vars}"
+    );
+    // One NVIDIA GPU: no provider (the driver's default is right).
+    let one = machine("intel_nvidia");
+    let vars = run_env(&one, &none, "1");
+    assert!(vars.contains("__NV_PRIME_RENDER_OFFLOAD=1"), "{vars}");
+    assert!(!vars.contains("PROVIDER"), "{vars}");
+
+    if !root_or_skip(module_path!()) {
+        return;
+    }
+    let env = smart(two_nvidia());
+    let vars = run_env(&env.machine, &env.socket(), "2");
+    assert!(
+        vars.contains("__NV_PRIME_RENDER_OFFLOAD_PROVIDER=NVIDIA-G1"),
+        "{vars}"
+    );
+}

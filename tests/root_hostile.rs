@@ -1,0 +1,554 @@
+//! Tier 2, as root: a hostile local user against the daemon's control plane.
+//! Each test reproduces one attack of the hardening review (issue 9) with the
+//! real daemon, the cgroup backend and real processes, and checks the
+//! outcome a user (or an attacker) would see.
+
+mod common;
+
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::fixture::machine;
+use common::harness::{describe, raw_exchange, root_or_skip, Env, BIN, ENXIO, EPERM};
+
+macro_rules! root_test {
+    () => {
+        if !root_or_skip(module_path!()) {
+            return;
+        }
+    };
+}
+
+/// An unprivileged attacker's uid/gid (no group membership).
+const ATTACKER: u32 = 60001;
+/// A member of the configured group (`nogroup`, gid 65534 on Debian).
+const MEMBER: u32 = 60002;
+const NOGROUP: u32 = 65534;
+
+/// Connects to `socket` from a forked child running as `uid` (primary gid
+/// `uid`, no supplementary groups), which exits right after `connect(2)`.
+/// The parent keeps the connection (the same open file description): the
+/// daemon's SO_PEERCRED names the dead child. Returns it and the child's pid.
+fn connect_then_exit(socket: &Path, uid: u32) -> (UnixStream, i32) {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0);
+    // SAFETY: sockaddr_un is plain data; zeroed is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let p = socket.to_str().unwrap().as_bytes();
+    for (d, s) in addr.sun_path.iter_mut().zip(p) {
+        *d = *s as libc::c_char;
+    }
+    // SAFETY: the child calls only async-signal-safe functions (setgroups,
+    // setgid, setuid, connect, _exit) on memory prepared before the fork.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: as above.
+        unsafe {
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
+                libc::_exit(10);
+            }
+            let r = libc::connect(
+                fd,
+                (&addr as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            );
+            libc::_exit(if r == 0 { 0 } else { 11 });
+        }
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0, "the connecting child failed ({status:#x})");
+    // SAFETY: `fd` is ours and open; the stream takes ownership.
+    let s = unsafe { UnixStream::from_raw_fd(fd) };
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    (s, pid)
+}
+
+/// Starts `sleep 60` as `uid` with supplementary group `group`, trying to
+/// make it get pid `pid` (via /proc/sys/kernel/ns_last_pid). Other test
+/// threads fork too, so it retries; panics if the pid cannot be had.
+fn spawn_with_pid(pid: i32, uid: u32, group: u32) -> Child {
+    for _ in 0..200 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut cmd = Command::new("/bin/sleep");
+        cmd.arg("60");
+        // SAFETY: async-signal-safe credential calls in the forked child.
+        unsafe {
+            cmd.pre_exec(move || {
+                let groups = [group];
+                if libc::setgroups(1, groups.as_ptr()) != 0
+                    || libc::setgid(uid) != 0
+                    || libc::setuid(uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut c = cmd.spawn().unwrap();
+        if c.id() as i32 == pid {
+            return c;
+        }
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    panic!("could not get pid {pid} back");
+}
+
+fn send(s: &mut UnixStream, line: &str) -> serde_json::Value {
+    raw_exchange(s, format!("{line}\n").as_bytes())
+}
+
+fn ok(env: &Env, args: &[&str]) {
+    let out = env.gpuctl(args);
+    assert!(out.status.success(), "gpuctl {args:?}: {}", describe(&out));
+}
+
+fn timed_root_set(env: &Env, mode: &str) -> Duration {
+    let t0 = Instant::now();
+    ok(env, &["set", mode]);
+    t0.elapsed()
+}
+
+#[test]
+fn pid_reuse_by_a_group_member_grants_nothing() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::write(env.dir.join("gpuctl.toml"), "group = \"nogroup\"\n").unwrap();
+    env.start();
+    let (mut conn, pid) = connect_then_exit(&env.socket(), ATTACKER);
+    // A group member's process now has the attacker's connect-time pid.
+    let mut member = spawn_with_pid(pid, MEMBER, NOGROUP);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.contains(&format!("{NOGROUP}")), "{status}");
+    let r = send(&mut conn, r#"{"type":"set","mode":"integrated"}"#);
+    assert_eq!(r["error"]["code"], "permission_denied", "{r}");
+    let r = send(
+        &mut conn,
+        r#"{"type":"config","key":"group","value":"attackers"}"#,
+    );
+    assert_eq!(r["error"]["code"], "permission_denied", "{r}");
+    assert_eq!(env.json(&["get"])["mode"], "hybrid");
+    let _ = member.kill();
+    let _ = member.wait();
+    // The member itself, connecting, may.
+    let out = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .args(["set", "integrated"])
+        .uid(MEMBER)
+        .gid(NOGROUP)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", describe(&out));
+    env.stop();
+}
+
+#[test]
+fn a_dead_process_cannot_be_granted_nor_pass_a_grant_on() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "smart"]);
+    let (mut conn, pid) = connect_then_exit(&env.socket(), ATTACKER);
+    let r = send(&mut conn, r#"{"type":"grant"}"#);
+    assert_eq!(r["error"]["code"], "refused", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("exited"));
+    let grants = env.json(&["status"])["grants"].clone();
+    assert!(
+        !grants.as_array().unwrap().iter().any(|g| g["pid"] == pid),
+        "{grants}"
+    );
+    // Whoever gets that pid next is not granted. (Other tests' smart-mode
+    // launches are granted by this daemon's hooks too: look at this pid.)
+    let mut next = spawn_with_pid(pid, ATTACKER, ATTACKER);
+    let grants = env.json(&["status"])["grants"].clone();
+    assert!(
+        !grants.as_array().unwrap().iter().any(|g| g["pid"] == pid),
+        "{grants}"
+    );
+    let _ = next.kill();
+    let _ = next.wait();
+    env.stop();
+}
+
+#[test]
+fn one_user_cannot_lock_out_root() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    // 64 event subscribers and slowloris clients from one user…
+    let mut hogs = Vec::new();
+    let mut refused = 0;
+    for i in 0..64 {
+        let (mut s, _) = connect_then_exit(&env.socket(), ATTACKER);
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        if i % 2 == 0 {
+            let _ = s.write_all(b"{\"type\":\"events\"}\n");
+            let mut line = String::new();
+            let _ = BufReader::new(&s).read_line(&mut line);
+            if line.contains("\"busy\"") {
+                refused += 1;
+            }
+        } else {
+            let _ = s.write_all(b"{\"type\":");
+        }
+        hogs.push(s);
+    }
+    assert!(refused > 0, "no subscriber was refused");
+    // …and from 60 other users, one slowloris each: the shared slots fill.
+    for uid in 0..60 {
+        let (mut s, _) = connect_then_exit(&env.socket(), 61000 + uid);
+        let _ = s.write_all(b"{");
+        hogs.push(s);
+    }
+    // Root is still served at once.
+    let t = timed_root_set(&env, "integrated");
+    assert!(t < Duration::from_secs(1), "root set took {t:?}");
+    // A plain user refused a slot gets a clear message and exit code 75.
+    let out = env.gpuctl_as(Some(ATTACKER), &["get"]);
+    assert_eq!(out.status.code(), Some(75), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("busy"));
+    drop(hogs);
+    env.stop();
+}
+
+#[test]
+fn a_pipeline_of_4000_requests_does_not_stall_root() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let (s, _) = connect_then_exit(&env.socket(), ATTACKER);
+    let line = b"{\"type\":\"who\"}\n".repeat(4000);
+    let writer = std::thread::spawn(move || {
+        let mut s = s;
+        // Blocks once the daemon stops reading (backpressure): fine.
+        let _ = s.write_all(&line);
+        s
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let t = timed_root_set(&env, "integrated");
+    assert!(t < Duration::from_secs(1), "root set took {t:?}");
+    let s = writer.join().unwrap();
+    drop(s);
+    env.stop();
+}
+
+#[test]
+fn a_fifo_swapped_in_during_app_allow_does_not_hang_the_daemon() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "smart"]);
+    let path = env.dir.join("app");
+    let fifo = env.dir.join("app.fifo");
+    let file = env.dir.join("app.file");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (path, fifo, file, stop) = (path.clone(), fifo.clone(), file.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c = CString::new(fifo.to_str().unwrap()).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::fs::write(&file, b"#!/bin/sh\n").unwrap();
+                std::fs::rename(&file, &path).unwrap();
+                // SAFETY: valid NUL-terminated path.
+                unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+                std::fs::rename(&fifo, &path).unwrap();
+            }
+        })
+    };
+    let p = path.to_str().unwrap();
+    for _ in 0..300 {
+        let mut cmd = Command::new(BIN);
+        cmd.env("GPUCTL_SOCKET", env.socket())
+            .args(["app", "allow", p])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let _ = cmd.status();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    let t0 = Instant::now();
+    assert_eq!(env.json(&["get"])["mode"], "smart");
+    assert!(t0.elapsed() < Duration::from_secs(1));
+    env.stop();
+}
+
+#[test]
+fn odd_state_files_are_moved_aside_and_the_daemon_starts() {
+    root_test!();
+    for kind in ["fifo", "dev-zero"] {
+        let mut env = Env::new(machine("intel_nvidia"));
+        std::fs::create_dir_all(env.state_dir()).unwrap();
+        let state = env.state_file();
+        match kind {
+            "fifo" => {
+                let c = CString::new(state.to_str().unwrap()).unwrap();
+                // SAFETY: valid NUL-terminated path.
+                assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+            }
+            _ => std::os::unix::fs::symlink("/dev/zero", &state).unwrap(),
+        }
+        let t0 = Instant::now();
+        env.start();
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "{kind}: start took {:?}",
+            t0.elapsed()
+        );
+        assert_eq!(env.json(&["get"])["mode"], "hybrid", "{kind}");
+        assert!(
+            std::fs::symlink_metadata(env.state_dir().join("state.json.bad")).is_ok(),
+            "{kind}: not moved aside"
+        );
+        // The next change writes a regular file in its place.
+        ok(&env, &["set", "integrated"]);
+        let log = env.stop();
+        assert!(std::fs::metadata(&state).unwrap().is_file(), "{log}");
+        assert!(log.contains("state.json.bad"), "{log}");
+    }
+}
+
+/// `gpuctl run -- sh -c 'wait for FLAG; open NODE'`, in the test cgroup.
+fn granted_opener(env: &Env, flag: &Path, node: &Path) -> Child {
+    let script = r#"while [ ! -e "$0" ]; do sleep 0.02; done; exec 3<>"$1""#;
+    let mut cmd = Command::new(BIN);
+    cmd.env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .args(["run", "--", "/bin/sh", "-c", script])
+        .arg(flag)
+        .arg(node)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    common::harness::join_cgroup_before_exec(&mut cmd, &env.cgroup);
+    cmd.spawn().unwrap()
+}
+
+fn open_errno_of(child: Child) -> i32 {
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    if err.contains("No such device or address") {
+        ENXIO
+    } else if err.contains("Operation not permitted") {
+        EPERM
+    } else {
+        panic!("{}", describe(&out))
+    }
+}
+
+#[test]
+fn grants_survive_a_restart_and_dead_ones_do_not_come_back() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "smart"]);
+    let node = env.mknod(226, 0);
+    let (flag_a, flag_b) = (env.dir.join("go-a"), env.dir.join("go-b"));
+    let a = granted_opener(&env, &flag_a, &node);
+    let mut b = granted_opener(&env, &flag_b, &node);
+    // (Other tests' smart-mode launches are granted by this daemon's hooks
+    // too: look at these two pids only.)
+    let pids_granted = |env: &Env| -> Vec<u64> {
+        env.json(&["status"])["grants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["pid"].as_u64().unwrap())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !pids_granted(&env).contains(&u64::from(a.id()))
+        || !pids_granted(&env).contains(&u64::from(b.id()))
+    {
+        assert!(Instant::now() < deadline, "grants not made");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = env.stop();
+    assert!(log.contains("saved "), "{log}");
+    // b dies while no daemon runs: its grant must not come back.
+    let b_pid = b.id();
+    let _ = b.kill();
+    let _ = b.wait();
+    env.start();
+    let pids = pids_granted(&env);
+    assert!(pids.contains(&u64::from(a.id())), "{pids:?}");
+    assert!(!pids.contains(&u64::from(b_pid)), "{pids:?}");
+    // The restored grant is real: a's next open (after the restart) works.
+    std::fs::write(&flag_a, b"").unwrap();
+    assert_eq!(open_errno_of(a), ENXIO);
+    // A plain process is still denied.
+    assert_eq!(env.open_errno(226, 0), EPERM);
+    env.stop();
+}
+
+#[test]
+fn one_daemon_per_state_dir_and_the_socket_comes_back() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    // The socket file is deleted: the daemon listens on a new one.
+    std::fs::remove_file(env.socket()).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while !env.socket().exists() {
+        assert!(Instant::now() < deadline, "socket not re-created");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(env.json(&["get"])["mode"], "hybrid");
+    // A second daemon is refused, even on another socket path.
+    std::fs::remove_file(env.socket()).unwrap();
+    let out = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.dir.join("other.sock"))
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
+        .env("GPUCTL_STATE_DIR", env.state_dir())
+        .env("GPUCTL_CONFIG", env.dir.join("gpuctl.toml"))
+        .args(["daemon", "--cgroup"])
+        .arg(&env.cgroup)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", describe(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another gpuctl daemon is running"),
+        "{}",
+        describe(&out)
+    );
+    env.stop();
+}
+
+#[test]
+fn sighup_reloads_and_stray_signals_do_not_stop_the_daemon() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    assert_eq!(env.json(&["status"])["env_grants"], true);
+    std::fs::write(env.dir.join("gpuctl.toml"), "env_grants = false\n").unwrap();
+    let pid = env.daemon.as_ref().unwrap().id() as i32;
+    for sig in [
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGALRM,
+        libc::SIGPIPE,
+        libc::SIGQUIT,
+    ] {
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(pid, sig) };
+    }
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while env.json(&["status"])["env_grants"] != false {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload the config"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(env.daemon.as_mut().unwrap().try_wait().unwrap().is_none());
+    let log = env.stop();
+    assert!(log.contains("reloaded"), "{log}");
+}
+
+#[test]
+fn out_of_range_max_grants_is_reported_not_fatal() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::write(env.dir.join("gpuctl.toml"), "max_grants = 0\n").unwrap();
+    env.start();
+    assert_eq!(env.json(&["config", "max_grants"])["value"], 8192);
+    let log = env.stop();
+    assert!(log.contains("out of range"), "{log}");
+}
+
+#[test]
+fn plain_users_see_only_their_own_processes() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "smart"]);
+    let mut root_run = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .args(["run", "--", "/bin/sleep", "30"])
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while env.json(&["status"])["grants"]
+        .as_array()
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "grant not made");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = env.gpuctl_as(Some(ATTACKER), &["status", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // Every grant is a root process's (this one's, and other tests'):
+    // counted, not shown.
+    assert_eq!(v["grants"], serde_json::json!([]), "{v}");
+    assert!(v["grants_hidden"].as_u64().unwrap() >= 1, "{v}");
+    let root_view = env.json(&["status"]);
+    assert!(root_view["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["pid"] == root_run.id()));
+    let _ = root_run.kill();
+    let _ = root_run.wait();
+
+    // Events: a plain user sees that root's open was denied, not who.
+    let mut events = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .args(["events", "--json"])
+        .uid(ATTACKER)
+        .gid(ATTACKER)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while env.json(&["status"])["events"] != true {
+        assert!(Instant::now() < deadline, "no subscriber seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(env.open_errno(226, 0), EPERM);
+    let mut line = String::new();
+    BufReader::new(events.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _ = events.kill();
+    let _ = events.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["event"], "denied", "{v}");
+    assert_eq!(v["node"], "226:0", "{v}");
+    assert_eq!(v["pid"], serde_json::Value::Null, "{v}");
+    assert_eq!(v["comm"], serde_json::Value::Null, "{v}");
+    env.stop();
+}
+
+#[test]
+fn the_watchdog_is_fed_when_systemd_asks() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    // The harness reads READY=1 from its notify socket; WATCHDOG=1 follows
+    // on the same socket.
+    env.extra_env = vec![("WATCHDOG_USEC".into(), "200000".into())];
+    env.start();
+    let rx = env.notify_rx.take().expect("notify socket kept");
+    rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut buf = [0u8; 64];
+    let n = rx.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"WATCHDOG=1");
+    env.stop();
+}
