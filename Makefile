@@ -48,6 +48,7 @@ RELEASE_ENV := RUSTFLAGS="$(strip $(RUSTFLAGS) $(STATIC_RUSTFLAGS) $(REMAP))" \
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev \
 	bubblewrap libdrm-dev \
+	acpica-tools \
 	debhelper dpkg-dev fakeroot lintian cargo-web rpm rpmlint makepkg pacman-package-manager \
 	libarchive-tools debootstrap e2fsprogs groff-base
 
@@ -103,6 +104,8 @@ test-unit:
 
 test-vm: static
 	tests/vm/guest-tests.sh $(STATIC_BIN)
+	tests/vm/auto-tests.sh $(STATIC_BIN)
+	tests/vm/power-tests.sh $(STATIC_BIN)
 
 # Distribution packages built as distros do (offline, from `make dist`), linted, and the
 # .deb installed in a debootstrapped Debian 12 booted with systemd in QEMU (tests/distro).

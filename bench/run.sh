@@ -261,12 +261,17 @@ prog_stats() {
 	done
 	return 0
 }
-# attached_progs: ids of the programs behind the daemon's BPF links.
+# pm_prog_ids: ids of the runtime-PM programs (attached in every mode; measured in f.).
+pm_prog_ids() {
+	gpuctl status --json | awk '/"prog_id"/ { gsub(/[^0-9]/, "", $2); print $2 }'
+}
+# attached_progs: ids of the blocking/smart programs behind the daemon's BPF links.
 attached_progs() {
-	local f
+	local f pm
+	pm=$(pm_prog_ids | xargs)
 	for f in /proc/"$DAEMON_PID"/fdinfo/*; do
 		grep -q '^link_type:' "$f" 2>/dev/null && awk '/^prog_id:/ { print $2 }' "$f"
-	done | sort -un
+	done | sort -un | awk -v pm=" $pm " 'index(pm, " " $1 " ") == 0'
 	return 0
 }
 prog_name() { # ID TYPE: the program's name (bpftool, when installed) and kind
@@ -568,6 +573,56 @@ read -r READY READY_MIN _ < <(summ <"$WORK/ready_ns")
 SIZE=$(stat -c %s "$BIN_ARG")
 
 # ---------------------------------------------------------------------------
+# f. runtime-PM programs (attached in every mode) and the idle daemon
+# ---------------------------------------------------------------------------
+
+progress "runtime-PM programs, idle daemon"
+PM_READS=${BENCH_PM_READS:-20000}
+IDLE_S=${BENCH_IDLE_S:-30}
+daemon_start
+set_mode hybrid
+# pm_stats: "name run_cnt run_time_ns" of the runtime-PM programs (status --json).
+pm_stats() {
+	gpuctl status --json | awk '/"name": "gpuctl_rpm_/ { gsub(/[",]/, "", $2); n = $2 }
+		n && /"run_cnt"/ { gsub(/[^0-9]/, "", $2); c = $2 }
+		n && /"run_time_ns"/ { gsub(/[^0-9]/, "", $2); print n, c, $2; n = "" }'
+}
+# A PCI config read takes a runtime-PM reference on the function's parent (rpm_resume,
+# then rpm_return_int twice): this machine's devices are not watched (the daemon watches
+# the fixture's GPU), so this is the path every other device's runtime PM takes on a laptop.
+PM_CFG=
+for f in /sys/bus/pci/devices/*/config; do
+	[[ -e $f ]] && PM_CFG=$f && break
+done
+PM_ROWS=()
+if [[ -n $PM_CFG ]]; then
+	STATS_ORIG=$(cat "$STATS_FILE")
+	echo 1 >"$STATS_FILE"
+	pm0=$(pm_stats)
+	perl -e 'for (1 .. $ARGV[1]) { open(my $f, "<", $ARGV[0]) or die; sysread($f, my $b, 64) }' \
+		"$PM_CFG" "$PM_READS" || broken "reading $PM_CFG failed"
+	pm1=$(pm_stats)
+	echo "$STATS_ORIG" >"$STATS_FILE"
+	STATS_ORIG=
+	while read -r name c0 t0 c1 t1; do
+		dc=$((c1 - c0)) dt=$((t1 - t0))
+		if ((dc > 0)); then
+			v=MISS
+			((dt / dc < 1000)) && v=ok
+			PM_ROWS+=("BPF $name (tp_btf), an unwatched device"$'\t'"$(fmt_ns "$((dt / dc))")/call, $dc calls for $PM_READS config reads of ${PM_CFG%/config}"$'\t'"< 1 µs per transition"$'\t'"$v")
+		else
+			PM_ROWS+=("BPF $name (tp_btf), an unwatched device"$'\t'"0 calls for $PM_READS config reads"$'\t'"—"$'\t'"info")
+		fi
+	done < <(join <(echo "$pm0") <(echo "$pm1"))
+fi
+# Idle: no client, no GPU activity; the daemon must not wake at all (no polling).
+ctxsw() { awk '/ctxt_switches/ { n += $2 } END { print n + 0 }' /proc/"$DAEMON_PID"/task/*/status; }
+IDLE_C0=$(ctxsw) IDLE_T0=$(daemon_cpu_ns)
+sleep "$IDLE_S"
+IDLE_CS=$(($(ctxsw) - IDLE_C0)) IDLE_CPU=$(($(daemon_cpu_ns) - IDLE_T0))
+daemon_stop
+
+# ---------------------------------------------------------------------------
 # The table
 # ---------------------------------------------------------------------------
 
@@ -787,6 +842,11 @@ row "daemon RSS after the bench" "$(printf '%.1f MiB' "$(calc "$RSS_END / 1024")
 	"$(under "$RSS_END" $((16 * 1024)))"
 row "static binary size" "$(printf '%.2f MiB (%d bytes)' "$(calc "$SIZE / 1048576")" "$SIZE")" \
 	"< 8 MiB" "$(under "$SIZE" $((8 * 1048576)))"
+ROWS+=(${PM_ROWS[@]+"${PM_ROWS[@]}"})
+[[ -n $PM_CFG ]] || row "BPF runtime-PM programs" "no PCI device here to drive them" "—" "n/a"
+row "idle daemon over ${IDLE_S} s (runtime-PM programs attached)" \
+	"$IDLE_CS context switches, $(fmt_ns "$IDLE_CPU") CPU" "0 (no polling)" \
+	"$( ((IDLE_CS == 0)) && echo ok || echo MISS)"
 
 # ---------------------------------------------------------------------------
 # Output: the table (Markdown), then the conditions

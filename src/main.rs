@@ -3,7 +3,9 @@
 //! One binary: `gpuctl daemon` runs the daemon; every other subcommand is a
 //! thin client of its socket (and `list` also works without it).
 
+mod automation;
 mod bpf;
+mod bpf_power;
 mod cli;
 mod client;
 mod daemon;
@@ -174,7 +176,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
     Config {
         #[arg(value_parser = cli::docs::Offered(cli::docs::config_keys))]
         key: Option<String>,
@@ -190,8 +192,29 @@ enum Cmd {
     Manpage,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
-    /// Stream denied opens as they happen ("what keeps trying to wake my GPU?").
+    /// Automatic modes: on, off, or show why the current mode is in force.
+    #[command(
+        after_help = "Rules live in the config's [auto] table (gpuctl config auto.on_battery integrated).\n`gpuctl auto on` also ends a manual override; a manual `set` otherwise stands until the power source changes."
+    )]
+    Auto {
+        /// on | off | status (default: status)
+        #[arg(value_enum)]
+        action: Option<crate::proto::AutoAction>,
+        /// One JSON object for scripts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stream events as they happen: denied opens, mode changes, and the
+    /// offload GPUs' wakes (with who woke them), sleeps and power-state changes.
     Events {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recent wakes of the offload GPUs: who woke each, what they touched,
+    /// how long it stayed awake; top wakers and time asleep.
+    Wakes {
+        /// GPU id or PCI address (default: every offload GPU).
+        gpu: Option<String>,
         #[arg(long)]
         json: bool,
     },

@@ -23,7 +23,7 @@ pub struct NodeRule {
     pub flags: u32,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Nothing blocked, programs detached.
@@ -162,6 +162,16 @@ pub fn protect_reason(gpu: &Gpu, force: bool) -> Option<String> {
              unplug it or repeat with --force",
             gpu.label(),
             shown.join(", ")
+        ));
+    }
+    // Split session: a compositor that opened the GPU keeps advertising it
+    // to its clients, which then cannot open it (black windows).
+    if let Some(holder) = gpu.display_holder.as_deref().filter(|_| !force) {
+        return Some(format!(
+            "{} is held open by the display server {holder}; blocking it would leave that \
+             session offering a GPU its programs cannot open (black windows); log out of \
+             that session or repeat with --force",
+            gpu.label()
         ));
     }
     None
@@ -310,10 +320,12 @@ mod tests {
             power_state: None,
             runtime_status: None,
             displays: Vec::new(),
+            sleep: Default::default(),
             functions: Vec::new(),
             wake_files: Vec::new(),
             enum_files: Vec::new(),
             blocked: None,
+            display_holder: None,
         }
     }
 
@@ -406,6 +418,41 @@ mod tests {
         forced.force = true;
         let p = check(&inv, &forced).unwrap();
         assert_eq!(p.blocked, BTreeSet::from([1]));
+    }
+
+    /// Issue 10 item 8: a GPU whose primary node a display server holds is
+    /// refused by every path that blocks (set, block, the automatic rules
+    /// through `plan`), naming the holder, unless forced.
+    #[test]
+    fn split_session_gpu_needs_force() {
+        let mut inv = laptop();
+        inv.gpus[1].display_holder = Some("Xorg (pid 1234)".into());
+        for mode in [Mode::Integrated, Mode::Smart] {
+            let err = check(&inv, &choice(mode)).unwrap_err();
+            assert!(err.0.contains("display server Xorg (pid 1234)"), "{err}");
+            assert!(err.0.contains("--force"), "{err}");
+            // The automatic path (plan) skips it with the same reason.
+            let p = plan(&inv, &choice(mode)).unwrap();
+            assert!(p.blocked.is_empty());
+            assert!(p.skipped[0].reason.contains("Xorg (pid 1234)"));
+            let mut forced = choice(mode);
+            forced.force = true;
+            assert_eq!(check(&inv, &forced).unwrap().blocked, BTreeSet::from([1]));
+        }
+        let mut manual = choice(Mode::Manual);
+        manual.manual.insert(ManualBlock {
+            pci: inv.gpus[1].pci,
+            force: false,
+        });
+        assert!(check(&inv, &manual).unwrap_err().0.contains("Xorg"));
+        assert!(protect_reason(&inv.gpus[1], false).is_some());
+        assert!(protect_reason(&inv.gpus[1], true).is_none());
+        // Nobody holding it: blocked as before.
+        inv.gpus[1].display_holder = None;
+        assert_eq!(
+            check(&inv, &choice(Mode::Integrated)).unwrap().blocked,
+            BTreeSet::from([1])
+        );
     }
 
     #[test]

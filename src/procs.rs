@@ -53,52 +53,133 @@ pub fn holders(procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
         let Ok(pid) = name.to_string_lossy().parse::<u32>() else {
             continue;
         };
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+        let mut found = holders_of_pid(&p.path(), pid, "", owners);
+        if found.is_empty() {
             continue;
-        };
-        let mut comm = None;
-        for fd in fds.flatten() {
-            // Device nodes live under /dev in every mount namespace
-            // (containers and Flatpak bind-mount /dev/dri). Only those are
-            // stat'ed: stat follows the link to the file's filesystem, and
-            // a hung network mount would stall the daemon's loop.
-            let Ok(target) = std::fs::read_link(fd.path()) else {
-                continue;
-            };
-            if !target.starts_with("/dev/") {
-                continue;
-            }
-            let Ok(meta) = std::fs::metadata(fd.path()) else {
-                continue;
-            };
-            if !meta.file_type().is_char_device() {
-                continue;
-            }
-            let node = split_rdev(meta.rdev());
-            let Some(&gpu) = owners.get(&node) else {
-                continue;
-            };
-            let comm = comm
-                .get_or_insert_with(|| {
-                    std::fs::read_to_string(p.path().join("comm"))
-                        .map(|s| s.trim().to_string())
-                        .unwrap_or_default()
-                })
-                .clone();
-            let path = target.to_string_lossy().into_owned();
-            let uid = p.metadata().map(|m| m.uid()).unwrap_or(0);
-            out.push(Holder {
-                gpu,
-                pid,
-                comm,
-                path,
-                node,
-                uid,
-            });
         }
+        // The name and owner are read only for processes that hold a GPU.
+        let comm = crate::gpu::read_attr(&p.path().join("comm")).unwrap_or_default();
+        let uid = p.metadata().map(|m| m.uid()).unwrap_or(0);
+        for h in &mut found {
+            h.comm.clone_from(&comm);
+            h.uid = uid;
+        }
+        out.extend(found);
     }
     out.sort();
     out.dedup();
+    out
+}
+
+/// Process names (`comm`, at most 15 bytes) of display servers, and of
+/// `systemd-logind`, which opens the primary node for a compositor
+/// (`TakeDevice`) and keeps its own descriptor.
+pub const DISPLAY_SERVERS: &[&str] = &[
+    "Xorg",
+    "X",
+    "Xorg.bin",
+    "gnome-shell",
+    "mutter",
+    "kwin_wayland",
+    "kwin_x11",
+    "sway",
+    "weston",
+    "Hyprland",
+    "labwc",
+    "wayfire",
+    "river",
+    "niri",
+    "cage",
+    "gamescope",
+    "cosmic-comp",
+    "enlightenment",
+    "systemd-logind",
+];
+
+/// Display servers holding one of `primary` (a GPU's primary nodes:
+/// `cardN`, and `nvidiaN` for NVIDIA's Xorg driver; device number → GPU
+/// id) open, by GPU: `comm (pid N)`. Reads one `comm` per process and scans
+/// the descriptors of display servers only, so it stays cheap on a busy
+/// desktop.
+pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeMap<u32, String> {
+    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    if primary.is_empty() {
+        return out;
+    }
+    let Ok(procs) = std::fs::read_dir(procfs) else {
+        return out;
+    };
+    for p in procs.flatten() {
+        let name = p.file_name();
+        let Ok(pid) = name.to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Some(comm) = read_comm(&p.path()) else {
+            continue;
+        };
+        if !DISPLAY_SERVERS.contains(&comm.as_str()) {
+            continue;
+        }
+        for h in holders_of_pid(&p.path(), pid, &comm, primary) {
+            // Prefer naming the compositor over logind, its helper.
+            let e = out.entry(h.gpu).or_default();
+            if e.is_empty() || e.starts_with("systemd-logind") {
+                *e = format!("{} (pid {})", h.comm, h.pid);
+            }
+        }
+    }
+    out
+}
+
+/// `<procfs>/<pid>/comm` in one read(2) into a stack buffer (comm is at
+/// most 15 bytes): this runs for every process on a mode change, so no
+/// fstat, no growing buffer.
+fn read_comm(dir: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut buf = [0u8; 32];
+    let n = std::fs::File::open(dir.join("comm"))
+        .ok()?
+        .read(&mut buf)
+        .ok()?;
+    let s = std::str::from_utf8(&buf[..n]).ok()?;
+    Some(s.trim_end_matches('\n').to_string())
+}
+
+/// The descriptors of one process (`<procfs>/<pid>`) that are nodes in
+/// `owners`. Device nodes live under /dev in every mount namespace
+/// (containers and Flatpak bind-mount /dev/dri). Only those are stat'ed:
+/// stat follows the link to the file's filesystem, and a hung network mount
+/// would stall the daemon's loop.
+fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
+    let mut out = Vec::new();
+    let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
+        return out;
+    };
+    for fd in fds.flatten() {
+        let Ok(target) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        if !target.starts_with("/dev/") {
+            continue;
+        }
+        let Ok(meta) = std::fs::metadata(fd.path()) else {
+            continue;
+        };
+        if !meta.file_type().is_char_device() {
+            continue;
+        }
+        let node = split_rdev(meta.rdev());
+        if let Some(&gpu) = owners.get(&node) {
+            out.push(Holder {
+                gpu,
+                pid,
+                comm: comm.to_string(),
+                path: target.to_string_lossy().into_owned(),
+                node,
+                uid: 0,
+            });
+        }
+    }
     out
 }
 
@@ -114,6 +195,53 @@ mod tests {
         // A minor above 255 uses the high bits.
         let rdev = (226u64 << 8) | (0x12u64 << 20) | 0x34;
         assert_eq!(split_rdev(rdev), DevNum::new(226, 0x1234));
+    }
+
+    /// A fake procfs: each pid with a comm and fds pointing at real
+    /// device nodes (/dev/null 1:3, /dev/zero 1:5 stand in for GPU nodes).
+    fn fake_proc(tag: &str, procs: &[(u32, &str, &[&str])]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!("gpuctl-procs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (pid, comm, fds) in procs {
+            let d = root.join(pid.to_string());
+            std::fs::create_dir_all(d.join("fd")).unwrap();
+            std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+            for (i, t) in fds.iter().enumerate() {
+                std::os::unix::fs::symlink(t, d.join(format!("fd/{}", i + 3))).unwrap();
+            }
+        }
+        root
+    }
+
+    #[test]
+    fn display_holders_names_the_compositor_not_other_programs() {
+        let owners = BTreeMap::from([(DevNum::new(1, 3), 1), (DevNum::new(1, 5), 2)]);
+        let root = fake_proc(
+            "ds",
+            &[
+                (10, "systemd-logind", &["/dev/null"]),
+                (20, "gnome-shell", &["/dev/null", "/etc/hostname"]),
+                (30, "glxgears", &["/dev/zero"]),
+                (40, "systemd-logind", &["/dev/zero"]),
+            ],
+        );
+        let h = display_holders(&root, &owners);
+        assert_eq!(h.get(&1).map(String::as_str), Some("gnome-shell (pid 20)"));
+        // Only logind holds GPU 2 (for a compositor): it is named.
+        assert_eq!(
+            h.get(&2).map(String::as_str),
+            Some("systemd-logind (pid 40)")
+        );
+        // A plain program holding a GPU is not a display server.
+        let root2 = fake_proc("plain", &[(30, "glxgears", &["/dev/null"])]);
+        assert!(display_holders(&root2, &owners).is_empty());
+        assert!(display_holders(&root, &BTreeMap::new()).is_empty());
+        // `who` still lists every holder.
+        let all = holders(&root, &owners);
+        assert_eq!(all.len(), 4, "{all:?}");
+        assert!(all.iter().any(|h| h.comm == "glxgears" && h.gpu == 2));
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_dir_all(&root2).unwrap();
     }
 
     #[test]

@@ -53,8 +53,18 @@ pub enum Request {
         #[serde(default)]
         gpu: Option<String>,
     },
-    /// Turn this connection into a stream of denial events.
+    /// Turn this connection into a stream of events (denied, wake, sleep, power).
     Events {},
+    /// Recent wakes of the offload GPUs (one GPU, or all), and their residency.
+    Wakes {
+        #[serde(default)]
+        gpu: Option<String>,
+    },
+    /// Automatic modes: turn on, off, or report (`None`: report).
+    Auto {
+        #[serde(default)]
+        action: Option<AutoAction>,
+    },
     /// Read the config, one key, or set one key.
     Config {
         #[serde(default)]
@@ -62,6 +72,14 @@ pub enum Request {
         #[serde(default)]
         value: Option<String>,
     },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum AutoAction {
+    On,
+    Off,
+    Status,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,6 +98,7 @@ impl Request {
             Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. } => true,
             Request::App { action, .. } => *action != AppAction::List,
             Request::Config { value, .. } => value.is_some(),
+            Request::Auto { action } => matches!(action, Some(AutoAction::On | AutoAction::Off)),
             _ => false,
         }
     }
@@ -224,6 +243,10 @@ mod tests {
                 gpu: None,
             },
             Request::Events {},
+            Request::Auto {
+                action: Some(AutoAction::Off),
+            },
+            Request::Auto { action: None },
         ] {
             let line = encode(&req);
             assert_eq!(line.last(), Some(&b'\n'));

@@ -324,7 +324,8 @@ fn odd_state_files_are_moved_aside_and_the_daemon_starts() {
 
 /// `gpuctl run -- sh -c 'wait for FLAG; open NODE'`, in the test cgroup.
 fn granted_opener(env: &Env, flag: &Path, node: &Path) -> Child {
-    let script = r#"while [ ! -e "$0" ]; do sleep 0.02; done; exec 3<>"$1""#;
+    // Bounded (10 s): a failed test leaves no process spinning behind it.
+    let script = r#"i=0; while [ ! -e "$0" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; exec 3<>"$1""#;
     let mut cmd = Command::new(BIN);
     cmd.env("GPUCTL_SOCKET", env.socket())
         .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())

@@ -138,36 +138,45 @@ fn kernel_checks(r: &mut Report, roots: &Roots) {
 fn gpu_checks(r: &mut Report, roots: &Roots, g: &Gpu) {
     let dir = roots.sysfs.join(format!("bus/pci/devices/{}", g.pci));
     let label = g.label();
-    match read(&dir.join("power/control")).map(|s| s.trim().to_string()) {
-        Some(c) if c == "auto" => r.say(
+    if read(&dir.join("power/control")).is_some_and(|c| c.trim() == "auto") {
+        r.say(
             Level::Ok,
             &format!("{label}: runtime power management on (power/control = auto)"),
             None,
-        ),
-        Some(c) => r.say(
+        );
+    }
+    if read(&dir.join("d3cold_allowed")).is_some_and(|v| v.trim() == "1") {
+        r.say(Level::Ok, &format!("{label}: D3cold allowed"), None);
+    }
+    // Every setting that keeps it (or its slot) powered, with its fix
+    // (gpu/sleep.rs: the same verdict `gpuctl list` shows).
+    for b in &g.sleep.blockers {
+        r.say(
             Level::Warn,
-            &format!("{label}: runtime power management off (power/control = {c}): it never sleeps, blocked or not"),
-            Some(format!(
-                "echo auto > /sys/bus/pci/devices/{}/power/control\n\
-                 (persistently: a udev rule ATTR{{power/control}}=\"auto\" for it, or TLP/power-profiles)",
-                g.pci
-            )),
+            &format!("{label}: {}", b.problem),
+            Some(b.fix.clone()),
+        );
+    }
+    let verdict = g.sleep.summary();
+    match g.sleep.can_sleep {
+        Some(true) if g.sleep.blockers.is_empty() => r.say(
+            Level::Ok,
+            &format!("{label}: can sleep: {verdict}: blocking it keeps it asleep"),
+            None,
+        ),
+        Some(true) => r.say(
+            Level::Info,
+            &format!("{label}: can sleep: {verdict}"),
+            None,
+        ),
+        Some(false) => r.say(
+            Level::Warn,
+            &format!(
+                "{label}: cannot sleep: blocking it does not lower idle power until the above is fixed"
+            ),
+            None,
         ),
         None => {}
-    }
-    if let Some(v) = read(&dir.join("d3cold_allowed")) {
-        if v.trim() == "1" {
-            r.say(Level::Ok, &format!("{label}: D3cold allowed"), None);
-        } else {
-            r.say(
-                Level::Warn,
-                &format!("{label}: D3cold not allowed: it can only reach D3hot (more power)"),
-                Some(format!(
-                    "echo 1 > /sys/bus/pci/devices/{}/d3cold_allowed",
-                    g.pci
-                )),
-            );
-        }
     }
     if let (Some(p), Some(s)) = (&g.power_state, &g.runtime_status) {
         r.say(Level::Info, &format!("{label}: now {p} ({s})"), None);

@@ -3,6 +3,7 @@
 
 pub mod docs;
 mod doctor;
+mod power;
 mod table;
 
 use serde_json::{json, Value};
@@ -60,11 +61,17 @@ pub fn run(cli: Cli) -> u8 {
         Cmd::Unblock { gpu } => call(&cli.socket, &Request::Unblock { gpu }, false, |d| {
             format!("mode manual; {}", blocked(d))
         }),
-        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, table::status),
+        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, |d| {
+            format!("{}{}", table::status(d), power::status_lines(d))
+        }),
+        Cmd::Wakes { gpu, json } => call(&cli.socket, &Request::Wakes { gpu }, json, power::wakes),
         Cmd::Who { gpu, json } => who(&cli.socket, &roots, gpu, json),
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
+        Cmd::Auto { action, json } => {
+            call(&cli.socket, &Request::Auto { action }, json, table::auto)
+        }
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
         Cmd::Completions { shell } => {
             match docs::completions(&<Cli as clap::CommandFactory>::command(), shell) {
@@ -267,8 +274,10 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
         }
         if json {
             println!("{v}");
-        } else {
+        } else if v["event"] == "denied" {
             println!("{}", table::event(v));
+        } else {
+            println!("{}", power::event_line(v));
         }
         Ok(())
     });
@@ -385,6 +394,7 @@ fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
         print_json(&data);
     } else {
         print!("{}", table::list(&data));
+        print!("{}", power::list_notes(&data));
     }
     exit::OK
 }

@@ -170,6 +170,9 @@ pub fn status(d: &Value) -> String {
         s(&d["mode"]),
         if d["force"] == true { " (--force)" } else { "" },
     );
+    if let Some(why) = auto_why(&d["auto"]) {
+        out.push_str(&format!("why:      {why}\n"));
+    }
     if let Some(n) = d["note"].as_str() {
         out.push_str(&format!("note:     {n}\n"));
     }
@@ -319,6 +322,60 @@ pub fn event(v: &Value) -> String {
         s(&v["comm"]),
         s(&v["gpu"])
     )
+}
+
+/// Why the mode is in force, from the `auto` object of `status`:
+/// `auto: on battery since 10:42`. `None` when automation is not set up.
+fn auto_why(a: &Value) -> Option<String> {
+    let why = a["why"].as_str()?;
+    if !why.starts_with("auto:") {
+        return (a["active"] == true || why.starts_with("manual")).then(|| why.to_string());
+    }
+    Some(match a["since"].as_u64().and_then(local_hhmm) {
+        Some(t) if why.starts_with("auto: on ") => format!("{why} since {t}"),
+        _ => why.to_string(),
+    })
+}
+
+/// `HH:MM` in the local time zone.
+fn local_hhmm(secs: u64) -> Option<String> {
+    let t = libc::time_t::try_from(secs).ok()?;
+    // SAFETY: `tm` is plain old data, zero is a valid bit pattern; both
+    // pointers are valid for the call and localtime_r is thread-safe.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let r = unsafe { libc::localtime_r(&t, &mut tm) };
+    (!r.is_null()).then(|| format!("{:02}:{:02}", tm.tm_hour, tm.tm_min))
+}
+
+/// `gpuctl auto [on|off|status]`.
+pub fn auto(d: &Value) -> String {
+    let r = &d["rules"];
+    let mut out = format!(
+        "automation: {}{}\nrules:      on_battery = {}, on_ac = {}, external_display = {}\npower:      {}\nmode:       {}",
+        if d["enabled"] == true { "on" } else { "off (gpuctl auto on)" },
+        if d["active"] == true || d["enabled"] != true {
+            ""
+        } else {
+            " (no rule set: gpuctl config auto.on_battery integrated)"
+        },
+        s(&r["on_battery"]),
+        s(&r["on_ac"]),
+        s(&r["external_display"]),
+        match d["power"].as_str() {
+            Some("ac") => "AC",
+            Some("battery") => "battery",
+            _ => "unknown",
+        },
+        s(&d["mode"]),
+    );
+    if let Some(why) = auto_why(d).or_else(|| d["why"].as_str().map(str::to_string)) {
+        out.push_str(&format!(" ({why})"));
+    }
+    if d["resume_watch"] == false {
+        out.push_str("\nnote:       not re-evaluated after a resume (no timerfd)");
+    }
+    out
 }
 
 #[cfg(test)]

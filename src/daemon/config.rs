@@ -6,6 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::automation::Rules;
 use crate::bpf::LogLevel;
 use crate::safefile::{self, ReadError};
 
@@ -23,6 +24,8 @@ pub struct Config {
     /// fixed at load). Past it a new grant is refused: the process is
     /// denied, never crashed, and `status` counts it.
     pub max_grants: u32,
+    /// `[auto]`: automatic modes (battery/AC, external displays).
+    pub auto: Rules,
 }
 
 impl Default for Config {
@@ -32,6 +35,7 @@ impl Default for Config {
             bpf_log: LogLevel::Off,
             env_grants: true,
             max_grants: 8192,
+            auto: Rules::default(),
         }
     }
 }
@@ -81,8 +85,16 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
 /// The range `max_grants` may take (the kernel map is allocated at load).
 pub const MAX_GRANTS_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;
 
-/// Every key, for listings and errors.
-pub const KEYS: [&str; 4] = ["group", "bpf_log", "env_grants", "max_grants"];
+/// Every key, for listings and errors (`[auto]` keys as `auto.KEY`).
+pub const KEYS: [&str; 7] = [
+    "group",
+    "bpf_log",
+    "env_grants",
+    "max_grants",
+    "auto.on_battery",
+    "auto.on_ac",
+    "auto.external_display",
+];
 
 impl Config {
     /// Replaces out-of-range values by their defaults; says what it did.
@@ -100,9 +112,24 @@ impl Config {
         None
     }
 
-    /// The config as `key → value` JSON.
+    /// The config as `key → value` JSON, tables flattened to `table.key`.
     pub fn to_json(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or_default()
+        let mut out = serde_json::Map::new();
+        if let Ok(serde_json::Value::Object(top)) = serde_json::to_value(self) {
+            for (k, v) in top {
+                match v {
+                    serde_json::Value::Object(t) => {
+                        for (k2, v2) in t {
+                            out.insert(format!("{k}.{k2}"), v2);
+                        }
+                    }
+                    v => {
+                        out.insert(k, v);
+                    }
+                }
+            }
+        }
+        serde_json::Value::Object(out)
     }
 }
 
@@ -131,7 +158,15 @@ pub fn edit(text: &str, key: &str, value: &str) -> Result<(String, Config), Stri
         },
         _ => toml_edit::value(value),
     };
-    doc[key] = item;
+    match key.split_once('.') {
+        Some((table, k)) => {
+            if !doc.contains_key(table) {
+                doc[table] = toml_edit::table();
+            }
+            doc[table][k] = item;
+        }
+        None => doc[key] = item,
+    }
     let out = doc.to_string();
     let cfg = toml::from_str::<Config>(&out)
         .map_err(|e| format!("{key} = {value:?} is not valid: {}", e.message().trim()))?;
@@ -155,6 +190,25 @@ mod tests {
             .unwrap_err()
             .contains("keys: group"));
         assert!(edit("group = [", "group", "x").is_err());
+    }
+
+    #[test]
+    fn auto_keys_edit_the_auto_table() {
+        use crate::automation::{DisplayRule, Target};
+        let text = "group = \"gpuctl\"\n";
+        let (out, c) = edit(text, "auto.on_battery", "integrated").unwrap();
+        assert!(out.contains("[auto]\non_battery = \"integrated\""), "{out}");
+        assert_eq!(c.auto.on_battery, Target::Integrated);
+        let (out, c) = edit(&out, "auto.external_display", "none").unwrap();
+        assert_eq!(c.auto.external_display, DisplayRule::None);
+        assert_eq!(c.auto.on_battery, Target::Integrated, "{out}");
+        let err = edit(&out, "auto.on_ac", "manual").unwrap_err();
+        assert!(err.contains("auto.on_ac"), "{err}");
+        assert!(edit(&out, "auto.colour", "x").is_err());
+        let j = c.to_json();
+        assert_eq!(j["auto.on_battery"], "integrated");
+        assert_eq!(j["auto.on_ac"], "none");
+        assert_eq!(j["group"], "gpuctl");
     }
 
     #[test]

@@ -5,7 +5,9 @@
 mod auth;
 pub mod config;
 mod notify;
+mod power;
 mod server;
+mod session;
 pub mod state;
 mod uevent;
 
@@ -75,6 +77,7 @@ macro_rules! log {
 
 // After `log!`: macro_rules are visible to modules declared below them.
 mod apps;
+mod auto;
 mod grants;
 mod signals;
 
@@ -105,6 +108,10 @@ struct Daemon {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// Runtime-PM transitions, wake attribution and residency (power.rs).
+    power: power::Power,
+    /// Automatic modes (power source, external displays).
+    auto: auto::Auto,
     /// When grants were last checked against live processes.
     last_sweep: Option<Instant>,
     /// When the inventory was last re-read for a read request.
@@ -133,9 +140,18 @@ pub fn run(opts: Options) -> Result<()> {
     if let Some(w) = warn {
         log!("{w}");
     }
+    let (auto, warn) = auto::Auto::load(&opts.state_dir);
+    if let Some(w) = warn {
+        log!("{w}");
+    }
     let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
     let enforcer = load_backend(&opts, &config).map_err(|e| e.context(Unsupported))?;
+    let power = power::Power::new(&opts.roots.sysfs);
+    if let Some(e) = power.error() {
+        log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
+    }
     let mut d = Daemon {
+        power,
         roots: opts.roots,
         state_path,
         config_path: opts.config.clone(),
@@ -153,6 +169,7 @@ pub fn run(opts: Options) -> Result<()> {
         watches: BTreeMap::new(),
         dirty: false,
         save_error: None,
+        auto,
         last_sweep: None,
         refreshed: None,
         who_cache: None,
@@ -167,7 +184,10 @@ pub fn run(opts: Options) -> Result<()> {
         },
     };
     d.enforcer.set_env_grants(d.config.env_grants)?;
+    d.sync_power();
     d.load_apps();
+    // The automatic rules pick the mode from the power source now.
+    d.auto_sync();
     // The saved mode is in force before anyone is told we are ready.
     d.reapply().context("applying the saved mode")?;
     // Grants of processes that outlived the previous daemon.
@@ -260,6 +280,15 @@ fn describe_blocked(plan: &Plan) -> String {
     }
 }
 
+/// Who sees other users' processes in power reports (power.rs).
+fn viewer(c: &Conn) -> power::Viewer {
+    if c.privileged {
+        None
+    } else {
+        Some(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
+    }
+}
+
 fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()> {
     let mut watchdog = Watchdog::from_env();
     loop {
@@ -276,6 +305,7 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         let wake_at = [
             server.next_deadline(),
             watchdog.as_ref().map(Watchdog::deadline),
+            d.auto.deadline(),
         ]
         .into_iter()
         .flatten()
@@ -301,8 +331,16 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         if let Some(u) = &d.uevents {
             fds.push(PollFd::new(u.as_fd(), PollFlags::POLLIN));
         }
+        let clock_at = fds.len();
+        if let Some(fd) = d.auto.clock_fd() {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
         let events_at = fds.len();
         if let Some(fd) = events_fd {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+        }
+        let power_at = fds.len();
+        if let Some(fd) = d.power.fd() {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
         }
         let first_conn = fds.len();
@@ -329,13 +367,32 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         if !revents[3].is_empty() {
             d.on_inotify(server);
         }
-        if events_at > uevent_at
-            && !revents[uevent_at].is_empty()
-            && d.uevents.as_ref().is_some_and(|u| u.drain())
-        {
-            d.refresh();
+        if clock_at > uevent_at && !revents[uevent_at].is_empty() {
+            let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
+            if k.gpus {
+                d.refresh();
+            }
+            if k.power {
+                d.auto.arm(now, "power_supply uevent");
+            }
+            if k.forged > 0 {
+                log!("ignored {} uevent(s) not sent by the kernel", k.forged);
+            }
         }
-        if first_conn > events_at && !revents[events_at].is_empty() {
+        if events_at > clock_at && !revents[clock_at].is_empty() {
+            d.auto.on_clock(now);
+        }
+        d.auto_tick(Instant::now());
+        if first_conn > power_at && !revents[power_at].is_empty() {
+            for line in d.power.on_ready() {
+                server.broadcast(&|c: &Conn| {
+                    let mut v = line.clone();
+                    power::redact_wake(&mut v, viewer(c));
+                    Some(v)
+                });
+            }
+        }
+        if power_at > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 // Other users' pids and command names only to root and the
                 // group; a plain user sees their own, and the count.
@@ -363,6 +420,9 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
             let gid = auth::configured_gid(&d.config.group);
             server.accept(now, &|p: &Peer| p.may_change(gid));
         }
+        for e in std::mem::take(&mut d.auto.outbox) {
+            server.broadcast(&|_: &Conn| Some(e.clone()));
+        }
         d.persist();
     }
 }
@@ -376,6 +436,7 @@ impl Daemon {
                 // Power state changes land here too; say something only
                 // when what is blocked changed.
                 self.inventory = inv;
+                self.sync_power();
                 let before = self.plan.clone();
                 match self.reapply() {
                     Ok(()) if self.plan != before => log!(
@@ -386,6 +447,7 @@ impl Daemon {
                     Ok(()) => {}
                     Err(e) => log!("re-applying after a hardware change failed: {e:#}"),
                 }
+                self.auto_gpus_changed();
             }
             Ok(_) => {}
             Err(e) => log!("rediscovering GPUs failed: {e:#}"),
@@ -396,7 +458,13 @@ impl Daemon {
     /// are skipped with a log line; a mode that makes no sense here blocks
     /// nothing. Never fails because of policy, only because of the kernel.
     fn reapply(&mut self) -> Result<()> {
-        let plan = match policy::plan(&self.inventory, &self.choice) {
+        let inv = session::with_display_holders(
+            &self.inventory,
+            &self.roots.procfs,
+            &self.choice,
+            &self.plan.blocked,
+        );
+        let plan = match policy::plan(&inv, &self.choice) {
             Ok(p) => {
                 self.note = (!p.skipped.is_empty()).then(|| {
                     p.skipped
@@ -416,7 +484,8 @@ impl Daemon {
             log!("mode {} is not fully in force: {n}", self.choice.mode);
         }
         self.enforcer.apply(&plan)?;
-        self.plan = plan;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before.blocked);
         Ok(())
     }
 
@@ -425,7 +494,13 @@ impl Daemon {
     /// rename, fsync) happens right after the response is sent
     /// ([`Daemon::persist`]), so the client does not wait for the disk.
     fn change(&mut self, choice: Choice) -> Response {
-        let plan = match policy::check(&self.inventory, &choice) {
+        let inv = session::with_display_holders(
+            &self.inventory,
+            &self.roots.procfs,
+            &choice,
+            &self.plan.blocked,
+        );
+        let plan = match policy::check(&inv, &choice) {
             Ok(p) => p,
             Err(r) => return Response::err(Code::Refused, r.0),
         };
@@ -436,7 +511,8 @@ impl Daemon {
             return Response::err(Code::Internal, format!("{e:#}"));
         }
         self.choice = choice;
-        self.plan = plan;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before.blocked);
         self.note = None;
         self.dirty = true;
         Response::ok(self.mode_json())
@@ -476,8 +552,12 @@ impl Daemon {
         if new.bpf_log != self.config.bpf_log || new.max_grants != self.config.max_grants {
             log!("reload: bpf_log and max_grants are fixed when the BPF programs load; restart the daemon to change them");
         }
+        let rules_changed = new.auto != self.config.auto;
         self.config = new;
         self.load_apps();
+        if rules_changed {
+            self.auto_config_changed();
+        }
         log!(
             "reloaded {}: group {}, env_grants {}",
             self.config_path.display(),
@@ -529,7 +609,7 @@ impl Daemon {
                 "pid": std::process::id(),
                 "version": env!("CARGO_PKG_VERSION"),
             })),
-            Request::List {} => Response::ok(self.list_json()),
+            Request::List {} => Response::ok(self.list_json(viewer(conn))),
             Request::Get {} => Response::ok(self.mode_json()),
             Request::Status {} => self.status(conn),
             Request::Who { gpu } => self.who(gpu.as_deref(), conn),
@@ -549,11 +629,29 @@ impl Daemon {
                 self.app(*action, path.as_deref(), gpu.as_deref())
             }
             Request::Config { key, value } => self.config_req(key.as_deref(), value.as_deref()),
+            Request::Wakes { gpu } => {
+                match self
+                    .power
+                    .wakes_json(&self.inventory, gpu.as_deref(), viewer(conn))
+                {
+                    Ok(v) => Response::ok(v),
+                    Err(e) => Response::err(Code::UnknownGpu, e),
+                }
+            }
+            Request::Auto { action } => self.auto_request(*action),
             Request::Events {} => match self.enforcer.set_events(true) {
                 Ok(()) => Response::ok(json!({ "subscribed": true })),
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
             },
         };
+        if resp.ok
+            && matches!(
+                req,
+                Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
+            )
+        {
+            self.auto_manual();
+        }
         // Refusals of unprivileged requests are not logged: anyone could
         // flood the journal with them.
         if req.is_change() && conn.privileged {
@@ -731,7 +829,11 @@ impl Daemon {
                 "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
             );
         }
+        let rules_changed = new.auto != self.config.auto;
         self.config = new;
+        if rules_changed {
+            self.auto_config_changed();
+        }
         Response::ok(json!({ "key": key, "value": self.config.to_json()[key], "note": note }))
     }
 
@@ -752,13 +854,26 @@ impl Daemon {
         gpus
     }
 
-    fn list_json(&self) -> Value {
+    fn list_json(&mut self, viewer: power::Viewer) -> Value {
+        let mut gpus: Vec<Value> = self
+            .gpus_with_blocked()
+            .iter()
+            .filter_map(|g| serde_json::to_value(g).ok())
+            .collect();
+        self.power.annotate(&mut gpus, viewer);
         json!({
             "schema": 1,
             "mode": self.choice.mode,
             "backend": self.enforcer.backend(),
-            "gpus": self.gpus_with_blocked(),
+            "gpus": gpus,
         })
+    }
+
+    /// Watches the offload GPUs' runtime PM (power.rs); never fatal.
+    fn sync_power(&mut self) {
+        if let Err(e) = self.power.sync(&self.inventory) {
+            log!("watching the GPUs' runtime PM failed: {e}");
+        }
     }
 
     fn status(&mut self, conn: &Conn) -> Response {
@@ -768,7 +883,7 @@ impl Daemon {
             Ok(d) => d,
             Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
         };
-        let gpus: Vec<Value> = self
+        let mut gpus: Vec<Value> = self
             .gpus_with_blocked()
             .into_iter()
             .map(|g| {
@@ -784,6 +899,7 @@ impl Daemon {
                 })
             })
             .collect();
+        self.power.annotate(&mut gpus, viewer(conn));
         Response::ok(json!({
             "schema": 1,
             "daemon": {
@@ -800,6 +916,7 @@ impl Daemon {
             "mode": self.choice.mode,
             "force": self.choice.force,
             "note": self.note,
+            "auto": self.auto_json(),
             "state_not_saved": self.save_error,
             "grants": grants["shown"],
             "grants_hidden": grants["hidden"],
@@ -813,6 +930,7 @@ impl Daemon {
                 .map(|(d, _)| *d)
                 .collect::<Vec<_>>(),
             "gpus": gpus,
+            "power_monitor": self.power.status_json(),
         }))
     }
 

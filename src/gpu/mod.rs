@@ -9,6 +9,7 @@ mod drm;
 mod names;
 mod nvidia;
 mod pci;
+pub mod sleep;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -131,6 +132,10 @@ pub struct Gpu {
     pub power_state: Option<String>,
     pub runtime_status: Option<String>,
     pub displays: Vec<Display>,
+    /// Whether runtime PM can put it to sleep at all, and what stops it
+    /// (`sleep` in `list --json`).
+    #[serde(default)]
+    pub sleep: sleep::Sleep,
     /// The device's other PCI functions (HD audio `.1`, USB-C `.2`, UCSI
     /// `.3`, a second display function): runtime-PM consumers of the GPU,
     /// so touching them can wake it.
@@ -148,6 +153,12 @@ pub struct Gpu {
     pub enum_files: Vec<FileId>,
     /// Filled in by the daemon; `None` when no daemon answers.
     pub blocked: Option<bool>,
+    /// A display server (or logind on its behalf) holding this GPU's
+    /// primary node open, as `comm (pid N)`: blocking the GPU would leave
+    /// it advertising a GPU its clients cannot open. Filled in by the
+    /// daemon before it plans a block (a procfs scan), never by discovery.
+    #[serde(skip)]
+    pub display_holder: Option<String>,
 }
 
 impl Gpu {
@@ -316,7 +327,7 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
     let mut gpus: Vec<Gpu> = found
         .into_iter()
         .enumerate()
-        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions, &gpu_addrs))
+        .map(|(i, f)| to_gpu(f, Some(i) == default_idx, &functions, &gpu_addrs, roots))
         .collect();
     // Stable ids: the default GPU is 0, the rest follow in PCI order.
     gpus.sort_by_key(|g| (!g.default, g.pci));
@@ -373,7 +384,13 @@ fn functions_of(
         .collect()
 }
 
-fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], gpus: &[PciAddr]) -> Gpu {
+fn to_gpu(
+    f: Found,
+    default: bool,
+    all: &[pci::PciFunction],
+    gpus: &[PciAddr],
+    roots: &Roots,
+) -> Gpu {
     let mut nodes: Vec<DevNum> = [f.drm.card_dev, f.drm.render_dev]
         .into_iter()
         .flatten()
@@ -413,10 +430,12 @@ fn to_gpu(f: Found, default: bool, all: &[pci::PciFunction], gpus: &[PciAddr]) -
         power_state: f.pci.power_state.clone(),
         runtime_status: f.pci.runtime_status.clone(),
         displays: f.drm.displays,
+        sleep: sleep::verdict(&roots.sysfs, &roots.procfs, &f.pci, all),
         functions,
         wake_files,
         enum_files,
         blocked: None,
+        display_holder: None,
     }
 }
 

@@ -1,0 +1,325 @@
+//! Power truth for people: the per-GPU lines of `gpuctl status`, the
+//! `gpuctl wakes` table, the can-it-sleep notes under `gpuctl list`, and the
+//! `wake`/`sleep`/`power` lines of `gpuctl events`. Input is the JSON
+//! scripts get.
+
+use serde_json::Value;
+
+use super::table::render;
+use crate::gpu::sleep::Sleep;
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(x) => x.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Local wall-clock time of a Unix timestamp: `09:12:05`.
+pub fn clock(ts: f64) -> String {
+    let t = ts as libc::time_t;
+    // SAFETY: localtime_r reads one time_t and fills one tm we own.
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            return "?".to_string();
+        }
+        tm
+    };
+    format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+}
+
+/// `lspci (pid 4242, uid 1000) read config`.
+pub fn cause(w: &Value) -> String {
+    let who = match (w["comm"].as_str(), w["tgid"].as_u64()) {
+        (Some(c), Some(p)) if w["kworker"] == true => format!("{c} (kernel thread, pid {p})"),
+        (Some(c), Some(p)) => match w["uid"].as_u64() {
+            Some(u) => format!("{c} (pid {p}, uid {u})"),
+            None => format!("{c} (pid {p})"),
+        },
+        _ => "unknown cause".to_string(),
+    };
+    let file = w["file"]
+        .as_str()
+        .map(|f| f.rsplit('/').next().unwrap_or(f));
+    match (w["op"].as_str(), file) {
+        (Some(o), Some(f)) => format!("{who} {o} {f}"),
+        (Some(o), None) => format!("{who} {o}"),
+        _ => who,
+    }
+}
+
+fn seconds(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms < 10_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else if ms < 120_000 {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{} min", ms / 60_000)
+    }
+}
+
+fn pct(r: &Value) -> Option<String> {
+    r["asleep_pct"].as_f64().map(|p| format!("{p:.1} %"))
+}
+
+/// One or two lines per watched GPU, for `gpuctl status`.
+pub fn status_lines(d: &Value) -> String {
+    let mut out = String::new();
+    for g in d["gpus"].as_array().into_iter().flatten() {
+        let p = &g["runtime_pm"];
+        if p.is_null() {
+            continue;
+        }
+        let mut parts = Vec::new();
+        let since = p["since"].as_f64().map(clock).unwrap_or_else(|| "?".into());
+        match (g["runtime_status"].as_str(), pct(&p["since_start"])) {
+            (Some("active"), Some(x)) => parts.push(format!(
+                "awake now{} · asleep {x} since {since}",
+                p["awake_since"]
+                    .as_f64()
+                    .map(|t| format!(" (since {})", clock(t)))
+                    .unwrap_or_default()
+            )),
+            (_, Some(x)) => parts.push(format!("asleep {x} since {since}")),
+            (_, None) => parts.push(format!("residency unknown since {since}")),
+        }
+        if let Some(ps) = g["power_state"].as_str() {
+            parts[0].push_str(&format!(" ({ps})"));
+        }
+        match p["wakes"].as_u64() {
+            Some(1) => parts.push("1 wake".into()),
+            Some(n) => parts.push(format!("{n} wakes")),
+            None => parts.push("wakes not attributed".into()),
+        }
+        let w = &p["last_wake"];
+        if !w.is_null() {
+            let mut last = format!("last: {}", cause(w));
+            if let Some(ms) = w["awake_ms"].as_u64() {
+                last.push_str(&format!(", awake {}", seconds(ms)));
+            }
+            parts.push(last);
+        }
+        out.push_str(&format!("\nGPU {}: {}", s(&g["id"]), parts.join(" · ")));
+        if let Some(x) = pct(&p["since_boot"]) {
+            let r = &p["since_boot"];
+            out.push_str(&format!(
+                "\n       since boot: asleep {x} ({} asleep, {} awake){}",
+                seconds((r["asleep_s"].as_f64().unwrap_or(0.0) * 1000.0) as u64),
+                seconds((r["awake_s"].as_f64().unwrap_or(0.0) * 1000.0) as u64),
+                if p["counters_reset"] == true {
+                    "; counters restarted (device re-added)"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
+    if let Some(e) = d["power_monitor"]["error"].as_str() {
+        out.push_str(&format!("\nwake attribution off: {e}"));
+    }
+    out
+}
+
+/// `gpuctl wakes`.
+pub fn wakes(d: &Value) -> String {
+    let wakes = d["wakes"].as_array().cloned().unwrap_or_default();
+    let mut out = String::new();
+    if wakes.is_empty() {
+        out.push_str("No wakes recorded since the daemon started.\n");
+    } else {
+        let rows: Vec<Vec<String>> = wakes
+            .iter()
+            .map(|w| {
+                vec![
+                    w["ts"].as_f64().map(clock).unwrap_or_else(|| "-".into()),
+                    s(&w["gpu"]),
+                    format!("{} ({})", s(&w["device"]), s(&w["role"])),
+                    cause(w),
+                    w["what"].as_str().unwrap_or("-").to_string(),
+                    w["awake_ms"]
+                        .as_u64()
+                        .map(seconds)
+                        .unwrap_or_else(|| "-".into()),
+                ]
+            })
+            .collect();
+        out.push_str(&render(
+            &["TIME", "GPU", "DEVICE", "WOKEN BY", "WHAT", "AWAKE"],
+            &rows,
+        ));
+    }
+    for g in d["gpus"].as_array().into_iter().flatten() {
+        let top: Vec<String> = g["runtime_pm"]["top_wakers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| {
+                let uid = t["uid"]
+                    .as_u64()
+                    .map(|u| format!(" (uid {u})"))
+                    .unwrap_or_default();
+                format!("{}{uid} ×{}", s(&t["comm"]), s(&t["wakes"]))
+            })
+            .collect();
+        if !top.is_empty() {
+            out.push_str(&format!(
+                "GPU {} top wakers: {}\n",
+                s(&g["id"]),
+                top.join(", ")
+            ));
+        }
+    }
+    if d["attributed"] == false {
+        out.push_str(&format!(
+            "wake attribution off: {}\n",
+            d["error"]
+                .as_str()
+                .unwrap_or("the runtime-PM programs are not loaded")
+        ));
+    }
+    out.trim_end().to_string()
+}
+
+/// Lines under `gpuctl list` for offload GPUs that cannot sleep (fully).
+pub fn list_notes(d: &Value) -> String {
+    let mut out = String::new();
+    for g in d["gpus"].as_array().into_iter().flatten() {
+        if g["offload"] != true {
+            continue;
+        }
+        let Ok(v) = serde_json::from_value::<Sleep>(g["sleep"].clone()) else {
+            continue;
+        };
+        if v.blockers.is_empty() {
+            continue;
+        }
+        out.push_str(&format!("GPU {} can sleep: {}\n", s(&g["id"]), v.summary()));
+        for b in &v.blockers {
+            let fix = b.fix.lines().next().unwrap_or("");
+            out.push_str(&format!("  - {}; fix: {fix}\n", b.problem));
+        }
+    }
+    out
+}
+
+/// One line of `gpuctl events` for the power kinds (`wake`, `sleep`, `power`).
+pub fn event_line(v: &Value) -> String {
+    let at = v["ts"]
+        .as_f64()
+        .map(|t| format!("{} ", clock(t)))
+        .unwrap_or_default();
+    match v["event"].as_str() {
+        Some("wake") => format!(
+            "{at}wake   GPU {} {} ({}): {}{}",
+            s(&v["gpu"]),
+            s(&v["device"]),
+            s(&v["role"]),
+            cause(v),
+            v["what"]
+                .as_str()
+                .map(|w| format!(" [{w}]"))
+                .unwrap_or_default()
+        ),
+        Some("sleep") => format!(
+            "{at}sleep  GPU {} {}: {}{}",
+            s(&v["gpu"]),
+            s(&v["pci"]),
+            s(&v["power_state"]),
+            v["awake_ms"]
+                .as_u64()
+                .map(|ms| format!(" after {} awake", seconds(ms)))
+                .unwrap_or_default()
+        ),
+        Some("power") => format!(
+            "power  GPU {} {}: {} ({})",
+            s(&v["gpu"]),
+            s(&v["pci"]),
+            s(&v["power_state"]),
+            s(&v["runtime_status"])
+        ),
+        _ => v.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn status_line_reads_like_a_sentence() {
+        let d = json!({"gpus": [{"id": 1, "power_state": "D3cold", "runtime_status": "suspended",
+            "runtime_pm": {"since": 0.0, "since_start": {"asleep_pct": 97.8, "asleep_s": 97.8, "awake_s": 2.2},
+              "since_boot": {"asleep_pct": 99.0, "asleep_s": 990.0, "awake_s": 10.0},
+              "counters_reset": false, "wakes": 3,
+              "last_wake": {"comm": "lspci", "tgid": 4242, "uid": 1000, "kworker": false,
+                            "op": "read", "file": "/sys/bus/pci/devices/0000:01:00.0/config",
+                            "awake_ms": 2100}}},
+            {"id": 0, "runtime_pm": null}]});
+        let out = status_lines(&d);
+        let line = out.lines().nth(1).unwrap();
+        assert!(line.starts_with("GPU 1: asleep 97.8 % since "), "{out}");
+        assert!(
+            line.ends_with(
+                " (D3cold) · 3 wakes · last: lspci (pid 4242, uid 1000) read config, awake 2.1 s"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("since boot: asleep 99.0 % (16 min asleep, 10 s awake)"),
+            "{out}"
+        );
+        assert!(!out.contains("GPU 0"), "{out}");
+    }
+
+    #[test]
+    fn event_lines() {
+        let wake = json!({"event": "wake", "gpu": 1, "device": "0000:01:00.0", "role": "gpu",
+            "comm": "lspci", "tgid": 194, "uid": 0, "kworker": false, "op": "read",
+            "file": "/sys/bus/pci/devices/0000:01:00.0/config",
+            "what": "read /sys/bus/pci/devices/0000:01:00.0/config"});
+        assert!(event_line(&wake).ends_with(
+            "wake   GPU 1 0000:01:00.0 (gpu): lspci (pid 194, uid 0) read config \
+             [read /sys/bus/pci/devices/0000:01:00.0/config]"
+        ));
+        let sleep = json!({"event": "sleep", "gpu": 1, "pci": "0000:01:00.0", "awake_ms": 27,
+            "power_state": "D3cold"});
+        assert_eq!(
+            event_line(&sleep),
+            "sleep  GPU 1 0000:01:00.0: D3cold after 27 ms awake"
+        );
+        let power = json!({"event": "power", "gpu": 1, "pci": "0000:01:00.0",
+            "power_state": "D0", "runtime_status": "active"});
+        assert_eq!(event_line(&power), "power  GPU 1 0000:01:00.0: D0 (active)");
+    }
+
+    #[test]
+    fn kworker_and_unknown_causes() {
+        assert_eq!(
+            cause(&json!({"comm": "kworker/1:2", "tgid": 77, "kworker": true})),
+            "kworker/1:2 (kernel thread, pid 77)"
+        );
+        assert_eq!(cause(&json!({"comm": null})), "unknown cause");
+    }
+
+    #[test]
+    fn list_notes_name_the_fix() {
+        let d = json!({"gpus": [{"id": 1, "offload": true, "sleep": {"can_sleep": false, "d3cold": false,
+            "blockers": [{"effect": "no_sleep", "problem": "runtime power management off (power/control = on): it never sleeps, blocked or not",
+                          "fix": "echo auto > /sys/bus/pci/devices/0000:01:00.0/power/control\n(persistently…)"}]}}]});
+        let out = list_notes(&d);
+        assert!(
+            out.starts_with("GPU 1 can sleep: no: runtime power management off"),
+            "{out}"
+        );
+        assert!(
+            out.contains("fix: echo auto > /sys/bus/pci/devices/0000:01:00.0/power/control\n"),
+            "{out}"
+        );
+        assert!(!out.contains("persistently"), "{out}");
+    }
+}

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Tier 3 (make test-vm): automatic modes against a REAL ACPI AC adapter and battery.
+# Boots Debian's stock kernel once (-machine pc, VGA + virtio GPU as in run.sh) with an SSDT
+# (tests/vm/ssdt-power.asl, compiled with iasl) that gives the guest an AC adapter and a
+# battery whose state the guest flips through CMOS; the kernel's own ac/battery drivers
+# (from the same kernel package) then send real power_supply uevents. tests/vm/guest-auto.sh
+# checks what the daemon does with them (cgroup backend). The guest also suspends to RAM
+# (S3) once: this script wakes it through QEMU's QMP socket (`system_wakeup`) when the guest
+# prints "GPUCTL-SUSPEND" (S3 resume needs the firmware path, so this boot uses the bzImage).
+#
+# Usage: tests/vm/auto-tests.sh [-v] BIN
+#   -v   stream the guest's console (default: one summary line, plus FAIL lines and the
+#        daemon's log if anything failed)
+# Prints "vm: auto: N passed, M failed[, K skipped] (Ts)" and "vm: N passed, M failed";
+# exits 1 if a check failed, 2 on a setup error. Console log: target/vm/guest-auto.log.
+# Needs: iasl (acpica-tools), gcc + libc6-dev (static uevmon), dpkg-deb, and what run.sh needs.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+die() { echo "vm: error: $*" >&2; exit 2; }
+
+verbose=0 bin=''
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    -v|--verbose) verbose=1; shift ;;
+    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option: $1 (see --help)" ;;
+    *) [[ -z $bin ]] || die "one binary only"; bin=$1; shift ;;
+  esac
+done
+[[ -n $bin ]] || die "usage: $0 [-v] BIN (the static gpuctl)"
+[[ -x $bin ]] || die "$bin is not an executable"
+command -v iasl >/dev/null || die "iasl not found (apt-get install acpica-tools)"
+cc=${CC:-}
+if [[ -z $cc ]]; then
+  for c in gcc clang; do command -v "$c" >/dev/null && { cc=$c; break; }; done
+fi
+[[ -n $cc ]] || die "no C compiler (apt-get install gcc libc6-dev)"
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cp "$bin" "$tmp/gpuctl"
+"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/vmopen" "$here/vmopen.c" \
+  || die "building vmopen.c failed (static glibc: package libc6-dev)"
+"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/uevmon" "$here/uevmon.c" \
+  || die "building uevmon.c failed"
+"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/holdopen" "$here/holdopen.c" \
+  || die "building holdopen.c failed"
+cp "$here/ssdt-power.asl" "$tmp/"
+(cd "$tmp" && iasl -p ssdt-power ssdt-power.asl >"$tmp/iasl.log" 2>&1) \
+  || { cat "$tmp/iasl.log" >&2; die "iasl failed on ssdt-power.asl"; }
+
+# The ACPI ac and battery modules of the kernel run.sh boots (the shared kernel cache keeps
+# only the DRM modules): extracted once from the cached .deb, kept beside it.
+kdir=$("$here/fetch-kernel.sh" | tail -n1) || die "fetch-kernel.sh failed"
+# shellcheck disable=SC1091
+. "$kdir/kernel.env"
+cache=$(dirname "$kdir")
+acpi=$kdir/extra-acpi
+if [[ ! -f $acpi/ac.ko || ! -f $acpi/battery.ko ]]; then
+  deb=$cache/debs/${PKG}_${PKG_VERSION}_amd64.deb
+  [[ -f $deb ]] || die "$deb not found (run tests/vm/fetch-kernel.sh --refresh)"
+  x=$tmp/deb
+  mkdir -p "$x"
+  dpkg-deb --fsys-tarfile "$deb" \
+    | tar -x -C "$x" --wildcards "./lib/modules/$KVER/kernel/drivers/acpi/ac.ko*" \
+        "./lib/modules/$KVER/kernel/drivers/acpi/battery.ko*" \
+    || die "extracting ac.ko and battery.ko from $deb failed"
+  mkdir -p "$tmp/acpi"
+  for m in ac battery; do
+    src=$(find "$x/lib/modules/$KVER/kernel/drivers/acpi" -name "$m.ko*" | head -n1)
+    case $src in
+      *.xz) xz -dc "$src" >"$tmp/acpi/$m.ko" ;;
+      *.zst) zstd -dcq "$src" >"$tmp/acpi/$m.ko" ;;
+      *) cp "$src" "$tmp/acpi/$m.ko" ;;
+    esac
+  done
+  # Atomic for parallel runs; where the cache is read-only, use the copies in $tmp.
+  if mkdir -p "$acpi.tmp.$$" 2>/dev/null && cp "$tmp/acpi/"*.ko "$acpi.tmp.$$/" \
+     && mv -T "$acpi.tmp.$$" "$acpi" 2>/dev/null; then :; else
+    rm -rf "$acpi.tmp.$$"; acpi=$tmp/acpi
+  fi
+fi
+
+log=$repo/target/vm/guest-auto.log
+args=(--binary "$tmp/gpuctl" --script "$here/guest-auto.sh" --name guest-auto --log "$log"
+      --timeout 150
+      --add "$tmp/vmopen:/bin/vmopen" --add "$tmp/uevmon:/bin/uevmon" --add "$tmp/holdopen:/bin/holdopen"
+      --add "$acpi/ac.ko:/lib/modules/$KVER/extra/ac.ko"
+      --add "$acpi/battery.ko:/lib/modules/$KVER/extra/battery.ko")
+[[ $verbose == 1 ]] || args+=(--quiet)
+# The wake-up button: each "GPUCTL-SUSPEND" line on the console gets a system_wakeup 2 s later.
+qmp=$tmp/qmp.sock
+rm -f "$log"
+(
+  seen=0
+  while :; do
+    n=$(grep -ac '^GPUCTL-SUSPEND' "$log" 2>/dev/null || true)
+    if [[ ${n:-0} -gt $seen ]]; then
+      seen=$n
+      sleep 2
+      perl -MIO::Socket::UNIX -e '
+        my $s = IO::Socket::UNIX->new(Peer => $ARGV[0]) or die "qmp: $!\n";
+        $s->print(qq({"execute":"qmp_capabilities"}\n{"execute":"system_wakeup"}\n));
+        for (1 .. 3) { defined(my $l = <$s>) or last; }' "$qmp" 2>>"$tmp/qmp.err" || true
+    fi
+    sleep 0.2
+  done
+) &
+waker=$!
+t0=$SECONDS
+set +e
+GPUCTL_VM_BOOT=bzimage \
+GPUCTL_VM_QEMU_EXTRA="-acpitable file=$tmp/ssdt-power.aml -qmp unix:$qmp,server=on,wait=off ${GPUCTL_VM_QEMU_EXTRA:-}" \
+  "$here/run.sh" "${args[@]}" 2>"$tmp/run.err"
+rc=$?
+set -e
+kill "$waker" 2>/dev/null || true
+wait "$waker" 2>/dev/null || true
+secs=$((SECONDS - t0))
+counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" 2>/dev/null | tail -n1 || true)
+if [[ -z $counts ]]; then
+  echo "vm: auto: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
+  sed 's/^/  /' "$tmp/run.err"
+  echo "vm: 0 passed, 1 failed"
+  exit 1
+fi
+read -r np _ nf _ ns _ <<<"${counts//,/}"
+line="vm: auto: $np passed, $nf failed"
+[[ $ns == 0 ]] || line+=", $ns skipped"
+if [[ $rc != 0 && $nf == 0 ]]; then
+  line+=" (but the guest exited $rc)"
+  nf=1
+fi
+echo "$line (${secs}s)"
+if [[ $verbose == 0 ]]; then
+  grep -aE '^(FAIL|SKIP) |^daemon\| |^---- ' "$log" | { [[ $nf != 0 ]] && cat || grep -aE '^SKIP '; } \
+    | sed 's/^/  /' || true
+  [[ $nf == 0 ]] || echo "  (console log: $log)"
+fi
+echo "vm: $np passed, $nf failed"
+[[ $nf == 0 ]]
