@@ -345,6 +345,10 @@ pub fn manpage(root: &Command) -> String {
             "The caller may not change the mode (not root, not in the group).",
         ),
         (
+            exit::BUSY,
+            "The daemon is busy: too many clients, or no answer in time (EX_TEMPFAIL: try again).",
+        ),
+        (
             exit::UNSUPPORTED,
             "gpuctl daemon: this kernel cannot load or attach the BPF programs (EX_CONFIG); \
              the unit does not restart on it. See gpuctl doctor.",
