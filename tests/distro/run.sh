@@ -128,7 +128,9 @@ fi
 if [[ -z $only || $only == rpm ]]; then
   step "rpm: rpmbuild -ba (offline)" "$out/rpm-build.log" build_rpm
   step "rpm: rpmlint" "$out/rpm-lint.log" lint_rpm
-  grep -E ': [EW]: ' "$out/rpm-lint.log" | sed 's/^/distro:   /' || true
+  # One line per kept tag (packaging/README.md says why each is kept).
+  sed -n 's/.*: \([EW]\): \([^ ]*\).*/\1 \2/p' "$out/rpm-lint.log" | sort | uniq -c \
+    | awk '{ printf "distro:   %s: %s (%d)\n", $2, $3, $1 }' || true
 fi
 if [[ -z $only || $only == arch ]]; then
   step "arch: makepkg (offline, unprivileged)" "$out/arch-build.log" build_arch
