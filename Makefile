@@ -7,28 +7,55 @@
 #   make lint      rustfmt, clippy -D warnings, clang-format on bpf/
 #   make demo      a real denial on a fixture laptop, in a few lines
 #   make install   PREFIX=/usr/local DESTDIR=
+#   make dist      the release source tarball, crates vendored (builds offline)
+#   make test-distro  build the .deb/.rpm/Arch packages, boot Debian 12 with the .deb (root)
 #   make clean
+#
+# Packagers: CARGOFLAGS=--frozen (offline, in the tarball of `make dist`), STRIP=0 (keep
+# symbols and line tables for debug packages), STATIC=0 (link glibc, libelf and zlib
+# dynamically; libbpf is always built in). RUSTFLAGS/CFLAGS from the environment are kept.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
 BINDIR  ?= $(PREFIX)/bin
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 USERUNITDIR ?= $(PREFIX)/lib/systemd/user
-SYSCONFDIR ?= /etc
+AUTOSTARTDIR ?= /etc/xdg/autostart
 MANDIR  ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share
+DOCDIR  ?= $(DATADIR)/doc/gpuctl
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 CARGO   ?= cargo
 TARGET  := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/gpuctl
 CLANG_FORMAT ?= clang-format
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+CARGOFLAGS ?= --locked
+STATIC ?= 1
+STRIP  ?= 1
+CARGO_HOME ?= $(HOME)/.cargo
+DISTDIR ?= target/dist
+# No build path in the binary: Rust sources, C sources (libbpf) and the BPF object's BTF.
+SRC_PREFIX := /usr/src/gpuctl-$(VERSION)
+REMAP := --remap-path-prefix=$(CURDIR)=$(SRC_PREFIX) --remap-path-prefix=$(CARGO_HOME)=/cargo
+C_REMAP := -ffile-prefix-map=$(CURDIR)=$(SRC_PREFIX) -ffile-prefix-map=$(CARGO_HOME)=/cargo
+STATIC_RUSTFLAGS := $(if $(filter 1,$(STATIC)),-C target-feature=+crt-static)
+STATIC_FEATURES := $(if $(filter 1,$(STATIC)),,--no-default-features)
+RELEASE_ENV := RUSTFLAGS="$(strip $(RUSTFLAGS) $(STATIC_RUSTFLAGS) $(REMAP))" \
+	LIBBPF_SYS_EXTRA_CFLAGS="$(strip $(LIBBPF_SYS_EXTRA_CFLAGS) $(C_REMAP))" \
+	BPF_CFLAGS="$(strip $(BPF_CFLAGS) $(C_REMAP))" \
+	CARGO_PROFILE_RELEASE_STRIP=$(if $(filter 1,$(STRIP)),true,false) \
+	CARGO_PROFILE_RELEASE_DEBUG=$(if $(filter 1,$(STRIP)),false,line-tables-only)
 
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev \
 	bubblewrap libdrm-dev \
 	acpica-tools \
+	debhelper dpkg-dev fakeroot lintian cargo-web rpm rpmlint makepkg pacman-package-manager \
+	libarchive-tools debootstrap e2fsprogs groff-base \
 	dbus sway waybar grim desktop-file-utils
 
-.PHONY: all deps build static test test-install test-unit test-vm lint fmt demo bench bench-vm-lsm install uninstall clean
+.PHONY: all deps build static test test-install test-unit test-vm test-distro lint fmt demo bench bench-vm-lsm install install-files uninstall dist clean
 
 all: build
 
@@ -47,19 +74,21 @@ build:
 	$(CARGO) build --locked
 
 static:
-	RUSTFLAGS='-C target-feature=+crt-static' $(CARGO) build --locked --release --target $(TARGET)
+	$(RELEASE_ENV) $(CARGO) build $(CARGOFLAGS) $(STATIC_FEATURES) --release --target $(TARGET)
 	@file $(STATIC_BIN) 2>/dev/null || true
 	@ls -l $(STATIC_BIN)
 
 test: static test-install
 	$(CARGO) test --locked -- --test-threads=4
 	@if [ -d tests/vm ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-vm; fi
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-distro; \
+	else echo "test-distro: SKIPPED (needs root: debootstrap, chroot, package builds)" >&2; fi
 
 # `make install` into a scratch DESTDIR lays out every file a package ships.
 test-install:
 	@d=$$(mktemp -d) && $(MAKE) --no-print-directory install DESTDIR=$$d PREFIX=/usr >/dev/null && \
-	for f in usr/bin/gpuctl usr/lib/systemd/system/gpuctl.service etc/gpuctl/gpuctl.toml.example \
-		usr/share/man/man1/gpuctl.1 usr/share/bash-completion/completions/gpuctl \
+	for f in usr/bin/gpuctl usr/lib/systemd/system/gpuctl.service usr/share/doc/gpuctl/examples/gpuctl.toml \
+		usr/lib/sysusers.d/gpuctl.conf usr/share/man/man1/gpuctl.1 usr/share/bash-completion/completions/gpuctl \
 		usr/share/zsh/site-functions/_gpuctl usr/share/fish/vendor_completions.d/gpuctl.fish \
 		usr/lib/systemd/user/gpuctl-tray.service etc/xdg/autostart/gpuctl-tray.desktop; do \
 		test -s $$d/$$f || { echo "make install did not install $$f"; exit 1; }; done && \
@@ -69,6 +98,9 @@ test-install:
 	if command -v desktop-file-validate >/dev/null; then \
 		desktop-file-validate $$d/etc/xdg/autostart/gpuctl-tray.desktop; fi && \
 	file $$d/usr/bin/gpuctl | grep -q 'static-pie linked' && \
+	! test -e $$d/etc/gpuctl && \
+	if strings $$d/usr/bin/gpuctl | grep -F -e "$(CURDIR)" -e "$(CARGO_HOME)"; then \
+		echo "make install: the binary embeds build paths (above)"; exit 1; fi && \
 	if command -v systemd-analyze >/dev/null; then \
 		sed "s|/usr/bin/gpuctl|$$d/usr/bin/gpuctl|" $$d/usr/lib/systemd/system/gpuctl.service \
 			> $$d/gpuctl.service && systemd-analyze verify --man=no $$d/gpuctl.service; \
@@ -83,11 +115,20 @@ test-vm: static
 	tests/vm/auto-tests.sh $(STATIC_BIN)
 	tests/vm/power-tests.sh $(STATIC_BIN)
 
+# Distribution packages built as distros do (offline, from `make dist`), linted, and the
+# .deb installed in a debootstrapped Debian 12 booted with systemd in QEMU (tests/distro).
+test-distro: dist
+	tests/distro/run.sh $(DISTDIR)/gpuctl-$(VERSION).tar.gz
+
+dist:
+	packaging/mkdist.sh $(DISTDIR)
+
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
-	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh)
+	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh) packaging/*.sh \
+		$(wildcard tests/distro/*.sh tests/distro/guest/*)
 
 fmt:
 	$(CARGO) fmt
@@ -103,11 +144,16 @@ bench: static
 bench-vm-lsm: static
 	bench/vm-lsm.sh $(STATIC_BIN)
 
-install: static
+install: static install-files
+
+# Installs what `make static` built (packagers: after the build, same variables).
+install-files:
 	install -D -m 0755 $(STATIC_BIN) $(DESTDIR)$(BINDIR)/gpuctl
 	install -D -m 0644 packaging/systemd/gpuctl.service $(DESTDIR)$(UNITDIR)/gpuctl.service
 	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(UNITDIR)/gpuctl.service
-	install -D -m 0644 packaging/gpuctl.toml $(DESTDIR)$(SYSCONFDIR)/gpuctl/gpuctl.toml.example
+	install -D -m 0644 packaging/sysusers.d/gpuctl.conf $(DESTDIR)$(SYSUSERSDIR)/gpuctl.conf
+	install -D -m 0644 packaging/gpuctl.toml $(DESTDIR)$(DOCDIR)/examples/gpuctl.toml
+	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/bash-completion/completions \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	$(STATIC_BIN) manpage > $(DESTDIR)$(MANDIR)/man1/gpuctl.1
@@ -116,17 +162,21 @@ install: static
 	$(STATIC_BIN) completions fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish
 	install -D -m 0644 packaging/systemd/gpuctl-tray.service $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
 	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
-	install -D -m 0644 packaging/desktop/gpuctl-tray.desktop $(DESTDIR)$(SYSCONFDIR)/xdg/autostart/gpuctl-tray.desktop
-	sed -i 's|^Exec=gpuctl|Exec=$(BINDIR)/gpuctl|' $(DESTDIR)$(SYSCONFDIR)/xdg/autostart/gpuctl-tray.desktop
+	install -D -m 0644 packaging/desktop/gpuctl-tray.desktop $(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
+	sed -i 's|^Exec=gpuctl|Exec=$(BINDIR)/gpuctl|' $(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
+	@# A source install on a running system: create the group now (packages do it themselves).
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then \
+		systemd-sysusers $(SYSUSERSDIR)/gpuctl.conf; fi
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gpuctl $(DESTDIR)$(UNITDIR)/gpuctl.service \
-		$(DESTDIR)$(SYSCONFDIR)/gpuctl/gpuctl.toml.example $(DESTDIR)$(MANDIR)/man1/gpuctl.1 \
+		$(DESTDIR)$(SYSUSERSDIR)/gpuctl.conf $(DESTDIR)$(DOCDIR)/examples/gpuctl.toml \
+		$(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(MANDIR)/man1/gpuctl.1 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish \
 		$(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service \
-		$(DESTDIR)$(SYSCONFDIR)/xdg/autostart/gpuctl-tray.desktop
+		$(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
 
 clean:
 	$(CARGO) clean

@@ -59,13 +59,20 @@ pub struct Cli {
         default_value = "/run/gpuctl/gpuctl.sock"
     )]
     socket: PathBuf,
-    /// Where sysfs is (tests point this at a fixture tree).
-    #[arg(long, global = true, env = "GPUCTL_SYSFS_ROOT", default_value = "/sys")]
-    sysfs_root: PathBuf,
-    /// Where procfs is.
+    /// Where sysfs is (tests point this at a fixture tree). Hidden from help.
     #[arg(
         long,
         global = true,
+        hide = true,
+        env = "GPUCTL_SYSFS_ROOT",
+        default_value = "/sys"
+    )]
+    sysfs_root: PathBuf,
+    /// Where procfs is (tests). Hidden from help.
+    #[arg(
+        long,
+        global = true,
+        hide = true,
         env = "GPUCTL_PROCFS_ROOT",
         default_value = "/proc"
     )]
@@ -94,7 +101,7 @@ pub struct Cli {
 enum Cmd {
     /// Run the daemon (as root, usually under systemd).
     Daemon {
-        /// How to block: lsm (not yet in this build), cgroup, or auto.
+        /// How to block: lsm, cgroup, or auto (lsm if the kernel has the BPF LSM, else cgroup).
         #[arg(long, value_enum, default_value = "auto")]
         backend: daemon::BackendChoice,
         /// The cgroup-v2 directory to attach to (default: the cgroup-v2 root).
@@ -117,7 +124,8 @@ enum Cmd {
     },
     /// Switch mode: hybrid, integrated, manual or smart.
     Set {
-        /// hybrid | integrated | manual | smart
+        /// The mode to switch to.
+        #[arg(value_parser = cli::docs::Offered(cli::docs::mode_names))]
         mode: String,
         /// Also block GPUs that drive a connected display.
         #[arg(long)]
@@ -171,6 +179,7 @@ enum Cmd {
     },
     /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
     Config {
+        #[arg(value_parser = cli::docs::Offered(cli::docs::config_keys))]
         key: Option<String>,
         value: Option<String>,
         #[arg(long)]

@@ -1,6 +1,7 @@
 //! Client commands: parse, send one request, print (a table for people,
 //! `--json` for scripts). Each returns the process exit status.
 
+pub mod docs;
 mod doctor;
 mod power;
 mod table;
@@ -82,13 +83,18 @@ pub fn run(cli: Cli) -> u8 {
         ),
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
         Cmd::Completions { shell } => {
-            let mut cmd = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cmd, "gpuctl", &mut std::io::stdout());
-            exit::OK
+            match docs::completions(&<Cli as clap::CommandFactory>::command(), shell) {
+                Ok(()) => exit::OK,
+                Err(e) => {
+                    eprintln!("gpuctl: writing the completion script: {e}");
+                    exit::ERROR
+                }
+            }
         }
         Cmd::Manpage => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            match clap_mangen::Man::new(cmd).render(&mut std::io::stdout()) {
+            use std::io::Write;
+            let page = docs::manpage(&<Cli as clap::CommandFactory>::command());
+            match std::io::stdout().write_all(page.as_bytes()) {
                 Ok(()) => exit::OK,
                 Err(e) => {
                     eprintln!("gpuctl: writing the man page: {e}");
