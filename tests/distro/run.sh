@@ -13,8 +13,8 @@
 #   rpm   rpmbuild -ba --nodeps (Debian's rpm: no rpm database to check BuildRequires;
 #         tests/distro/rpm-macros stands in for Fedora's systemd-rpm-macros), rpmlint
 #   arch  makepkg --nodeps (Debian's pacman-package-manager: no pacman database)
-# Work dir $GPUCTL_DISTRO_CACHE/build (default /var/cache/gpuctl-test); packages and logs
-# in target/distro/. Prints one line per step and the tier's wall time.
+# Work dir $GPUCTL_DISTRO_CACHE/build.XXXXXX (default /var/cache/gpuctl-test), one per run,
+# removed at exit; packages and logs in target/distro/. Prints one line per step and the tier's wall time.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -49,9 +49,11 @@ mkdir -p "$out/packages"
 id "$user" >/dev/null 2>&1 || useradd --system --home-dir "$cache/build-home" "$user"
 mkdir -p "$cache/build-home"
 chown "$user:" "$cache/build-home"
-work=$cache/build
-rm -rf "$work"
-mkdir -p "$work"
+# A work dir of this run's own (two runs on one machine must not wipe each other's build),
+# removed when the run ends; the packages and logs are kept in $out.
+rm -rf "$cache/build" # the shared work dir of earlier versions of this script
+work=$(mktemp -d "$cache/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 chown "$user:" "$work"
 
 # as_builder CMD...: CMD as the build user, offline, with the distribution's toolchain only.
