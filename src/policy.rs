@@ -302,30 +302,8 @@ mod tests {
 
     fn gpu(id: u32, pci: &str, vendor: &str, default: bool, nodes: &[(u32, u32)]) -> Gpu {
         Gpu {
-            id,
-            pci: pci.parse().unwrap(),
-            vendor_id: vendor.into(),
-            device_id: "0000".into(),
-            vendor: None,
-            name: None,
-            driver: Some("x".into()),
-            default,
-            offload: !default,
-            discrete: Some(!default),
-            boot_vga: Some(default),
-            card: None,
-            render: None,
             nodes: nodes.iter().map(|&(a, b)| DevNum::new(a, b)).collect(),
-            nvidia_minor: None,
-            power_state: None,
-            runtime_status: None,
-            displays: Vec::new(),
-            sleep: Default::default(),
-            functions: Vec::new(),
-            wake_files: Vec::new(),
-            enum_files: Vec::new(),
-            blocked: None,
-            display_holder: None,
+            ..crate::gpu::test_gpu(id, pci, vendor, default)
         }
     }
 

@@ -165,32 +165,8 @@ mod tests {
     use crate::policy::Choice;
 
     fn gpu(id: u32, pci: &str, default: bool) -> crate::gpu::Gpu {
-        crate::gpu::Gpu {
-            id,
-            pci: pci.parse().unwrap(),
-            vendor_id: if default { "8086" } else { "10de" }.into(),
-            device_id: "0000".into(),
-            vendor: None,
-            name: None,
-            driver: Some("x".into()),
-            default,
-            offload: !default,
-            discrete: Some(!default),
-            boot_vga: Some(default),
-            card: None,
-            render: None,
-            nodes: vec![crate::gpu::DevNum::new(226, id)],
-            nvidia_minor: None,
-            power_state: None,
-            runtime_status: None,
-            displays: Vec::new(),
-            sleep: Default::default(),
-            functions: Vec::new(),
-            wake_files: Vec::new(),
-            enum_files: Vec::new(),
-            blocked: None,
-            display_holder: None,
-        }
+        let vendor = if default { "8086" } else { "10de" };
+        crate::gpu::test_gpu(id, pci, vendor, default)
     }
 
     fn laptop() -> Inventory {

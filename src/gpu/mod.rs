@@ -439,6 +439,39 @@ fn to_gpu(
     }
 }
 
+/// A plain GPU for unit tests: `id` at `pci`, vendor `vendor_id`, one node
+/// 226:`id`, the default one or an offload (discrete) one; no names, no
+/// power facts, no displays. Tests adjust the fields they care about.
+#[cfg(test)]
+pub fn test_gpu(id: u32, pci: &str, vendor_id: &str, default: bool) -> Gpu {
+    Gpu {
+        id,
+        pci: pci.parse().expect("a PCI address"),
+        vendor_id: vendor_id.into(),
+        device_id: "0000".into(),
+        vendor: None,
+        name: None,
+        driver: Some("x".into()),
+        default,
+        offload: !default,
+        discrete: Some(!default),
+        boot_vga: Some(default),
+        card: None,
+        render: None,
+        nodes: vec![DevNum::new(226, id)],
+        nvidia_minor: None,
+        power_state: None,
+        runtime_status: None,
+        displays: Vec::new(),
+        sleep: Default::default(),
+        functions: Vec::new(),
+        wake_files: Vec::new(),
+        enum_files: Vec::new(),
+        blocked: None,
+        display_holder: None,
+    }
+}
+
 /// Reads a small sysfs attribute, trimmed; `None` when absent or unreadable.
 pub(crate) fn read_attr(path: &Path) -> Option<String> {
     std::fs::read_to_string(path)
