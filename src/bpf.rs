@@ -167,6 +167,19 @@ pub struct DenyEvent {
     pub uid: u32,
 }
 
+/// Unit tests that load BPF: whether we are root; if not, says the test is
+/// skipped straight to fd 2 (libtest captures eprintln! of passing tests).
+#[cfg(test)]
+pub(crate) fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        let line = format!("SKIPPED {test}: needs root\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    }
+    root
+}
+
 /// `sizeof(struct deny_event)` (a `_Static_assert` in bpf/gpuctl.h).
 const DENY_EVENT_SIZE: usize = 40;
 
@@ -827,13 +840,7 @@ mod tests {
     /// process opens a blocked node (ENXIO: no driver), another gets EPERM.
     #[test]
     fn loads_and_exempts_the_daemon_tgid() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            // Straight to fd 2: libtest captures eprintln! of passing tests.
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                b"SKIPPED loads_and_exempts_the_daemon_tgid: needs root\n",
-            );
+        if !root_or_skip("loads_and_exempts_the_daemon_tgid") {
             return;
         }
         let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

@@ -445,12 +445,7 @@ mod tests {
     /// function's `config` calls pm_runtime_get_sync (rpm_resume) on it.
     #[test]
     fn loads_attaches_and_filters() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            let _ = std::io::Write::write_all(
-                &mut std::io::stderr(),
-                b"SKIPPED loads_attaches_and_filters: needs root\n",
-            );
+        if !crate::bpf::root_or_skip("loads_attaches_and_filters") {
             return;
         }
         crate::bpf::init_logging(false);
