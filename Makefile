@@ -13,7 +13,9 @@
 #
 # Packagers: CARGOFLAGS=--frozen (offline, in the tarball of `make dist`), STRIP=0 (keep
 # symbols and line tables for debug packages), STATIC=0 (link glibc, libelf and zlib
-# dynamically; libbpf is always built in). RUSTFLAGS/CFLAGS from the environment are kept.
+# dynamically; libbpf is always built in), TRAY=0 (no `gpuctl tray`: no D-Bus crates in the
+# binary, no tray unit or autostart entry installed). RUSTFLAGS/CFLAGS from the environment
+# are kept.
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
@@ -32,6 +34,7 @@ CLANG_FORMAT ?= clang-format
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 CARGOFLAGS ?= --locked
 STATIC ?= 1
+TRAY   ?= 1
 STRIP  ?= 1
 CARGO_HOME ?= $(HOME)/.cargo
 DISTDIR ?= target/dist
@@ -40,7 +43,9 @@ SRC_PREFIX := /usr/src/gpuctl-$(VERSION)
 REMAP := --remap-path-prefix=$(CURDIR)=$(SRC_PREFIX) --remap-path-prefix=$(CARGO_HOME)=/cargo
 C_REMAP := -ffile-prefix-map=$(CURDIR)=$(SRC_PREFIX) -ffile-prefix-map=$(CARGO_HOME)=/cargo
 STATIC_RUSTFLAGS := $(if $(filter 1,$(STATIC)),-C target-feature=+crt-static)
-STATIC_FEATURES := $(if $(filter 1,$(STATIC)),,--no-default-features)
+# The cargo features (default: static, tray), spelt out so STATIC=0 keeps the tray.
+STATIC_FEATURES := --no-default-features $(if $(filter 1,$(STATIC)),--features static) \
+	$(if $(filter 1,$(TRAY)),--features tray)
 RELEASE_ENV := RUSTFLAGS="$(strip $(RUSTFLAGS) $(STATIC_RUSTFLAGS) $(REMAP))" \
 	LIBBPF_SYS_EXTRA_CFLAGS="$(strip $(LIBBPF_SYS_EXTRA_CFLAGS) $(C_REMAP))" \
 	BPF_CFLAGS="$(strip $(BPF_CFLAGS) $(C_REMAP))" \
@@ -126,6 +131,7 @@ dist:
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) clippy --locked --bins --no-default-features --features static -- -D warnings
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
 	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh) packaging/*.sh \
 		$(wildcard tests/distro/*.sh tests/distro/guest/*)
@@ -160,10 +166,12 @@ install-files:
 	$(STATIC_BIN) completions bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl
 	$(STATIC_BIN) completions zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl
 	$(STATIC_BIN) completions fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish
+ifeq ($(TRAY),1)
 	install -D -m 0644 packaging/systemd/gpuctl-tray.service $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
 	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
 	install -D -m 0644 packaging/desktop/gpuctl-tray.desktop $(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
 	sed -i 's|^Exec=gpuctl|Exec=$(BINDIR)/gpuctl|' $(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
+endif
 	@# A source install on a running system: create the group now (packages do it themselves).
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then \
 		systemd-sysusers $(SYSUSERSDIR)/gpuctl.conf; fi

@@ -219,6 +219,7 @@ enum Cmd {
     /// Notifications are set per user in ~/.config/gpuctl/desktop.toml
     /// (GPUCTL_DESKTOP_CONFIG overrides the path): [notify] mode, wake, display,
     /// denied, actions (true/false) and min_interval_s.
+    #[cfg_attr(not(feature = "tray"), command(hide = true))]
     Tray,
     /// Print one line per change of the GPU state, for status bars and scripts.
     ///
