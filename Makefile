@@ -38,6 +38,10 @@ TRAY   ?= 1
 STRIP  ?= 1
 CARGO_HOME ?= $(HOME)/.cargo
 DISTDIR ?= target/dist
+# The user documentation installed beside README.md, at the same relative paths (so the
+# README's links work in DOCDIR).
+USER_DOCS := docs/USAGE.md docs/SECURITY.md docs/images/tray-waybar-hybrid.png \
+	docs/images/tray-waybar-integrated.png
 # No build path in the binary: Rust sources, C sources (libbpf) and the BPF object's BTF.
 SRC_PREFIX := /usr/src/gpuctl-$(VERSION)
 REMAP := --remap-path-prefix=$(CURDIR)=$(SRC_PREFIX) --remap-path-prefix=$(CARGO_HOME)=/cargo
@@ -95,7 +99,8 @@ test-install:
 	for f in usr/bin/gpuctl usr/lib/systemd/system/gpuctl.service usr/share/doc/gpuctl/examples/gpuctl.toml \
 		usr/lib/sysusers.d/gpuctl.conf usr/share/man/man1/gpuctl.1 usr/share/bash-completion/completions/gpuctl \
 		usr/share/zsh/site-functions/_gpuctl usr/share/fish/vendor_completions.d/gpuctl.fish \
-		usr/lib/systemd/user/gpuctl-tray.service etc/xdg/autostart/gpuctl-tray.desktop; do \
+		usr/lib/systemd/user/gpuctl-tray.service etc/xdg/autostart/gpuctl-tray.desktop \
+		usr/share/doc/gpuctl/README.md $(addprefix usr/share/doc/gpuctl/,$(USER_DOCS)); do \
 		test -s $$d/$$f || { echo "make install did not install $$f"; exit 1; }; done && \
 	grep -q '^ExecStart=/usr/bin/gpuctl daemon' $$d/usr/lib/systemd/system/gpuctl.service && \
 	grep -q '^ExecStart=/usr/bin/gpuctl tray$$' $$d/usr/lib/systemd/user/gpuctl-tray.service && \
@@ -160,6 +165,7 @@ install-files:
 	install -D -m 0644 packaging/sysusers.d/gpuctl.conf $(DESTDIR)$(SYSUSERSDIR)/gpuctl.conf
 	install -D -m 0644 packaging/gpuctl.toml $(DESTDIR)$(DOCDIR)/examples/gpuctl.toml
 	install -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	for f in $(USER_DOCS); do install -D -m 0644 $$f $(DESTDIR)$(DOCDIR)/$$f || exit 1; done
 	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(DATADIR)/bash-completion/completions \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
 	$(STATIC_BIN) manpage > $(DESTDIR)$(MANDIR)/man1/gpuctl.1
@@ -179,7 +185,8 @@ endif
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/gpuctl $(DESTDIR)$(UNITDIR)/gpuctl.service \
 		$(DESTDIR)$(SYSUSERSDIR)/gpuctl.conf $(DESTDIR)$(DOCDIR)/examples/gpuctl.toml \
-		$(DESTDIR)$(DOCDIR)/README.md $(DESTDIR)$(MANDIR)/man1/gpuctl.1 \
+		$(DESTDIR)$(DOCDIR)/README.md $(addprefix $(DESTDIR)$(DOCDIR)/,$(USER_DOCS)) \
+		$(DESTDIR)$(MANDIR)/man1/gpuctl.1 \
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/gpuctl \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish \
