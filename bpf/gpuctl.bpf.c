@@ -4,7 +4,7 @@
  *
  * Device nodes are matched by device number (major:minor), never by path, so
  * every path, bind mount and container view of a node is covered. The loader
- * (src/bpf.rs) fills the maps from the plan and attaches programs only while
+ * (src/bpf/enforcer.rs) fills the maps from the plan and attaches programs only while
  * something is blocked; the smart-mode hooks only while the mode is smart.
  *
  * Two enforcement backends share the maps and the decision (`decide`):
@@ -91,6 +91,9 @@ struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
 } events SEC(".maps");
+
+/* Never used: puts the ring-buffer record in BTF, so the skeleton has its type. */
+struct deny_event _deny_event = {};
 
 struct rate {
 	__u64 window;

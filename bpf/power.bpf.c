@@ -126,6 +126,9 @@ struct {
 	__uint(max_entries, 64 * 1024);
 } pm_events SEC(".maps");
 
+/* Never used: puts the ring-buffer record in BTF, so the skeleton has its type. */
+struct pm_event _pm_event = {};
+
 /* The watched entry of `dev`, or NULL (the common case: leave at once). */
 static __always_inline struct pm_dev *watched(struct device___p *dev)
 {

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0 */
 /*
  * Types shared by the runtime-PM programs (bpf/power.bpf.c) and their loader
- * (src/bpf_power.rs). The Rust side gets them from the generated skeleton.
+ * (src/bpf/power.rs). This header is the only definition of their layout: the
+ * Rust side reads and writes the structs the skeleton generates from them, by
+ * field name (src/bpf/abi.rs).
  */
 #ifndef GPUCTL_POWER_H
 #define GPUCTL_POWER_H
@@ -93,9 +95,5 @@ struct pm_event {
 	char dev[GPUCTL_PM_NAME];
 	struct pm_waker waker;
 };
-
-/* src/bpf_power.rs parses events at these sizes. */
-_Static_assert(sizeof(struct pm_waker) == 272, "pm_waker layout");
-_Static_assert(sizeof(struct pm_event) == 312, "pm_event layout");
 
 #endif /* GPUCTL_POWER_H */

@@ -5,13 +5,13 @@
 
 mod automation;
 mod bpf;
-mod bpf_power;
 mod cli;
 mod client;
 mod daemon;
 mod desktop;
 mod envgrant;
 mod gpu;
+mod kernel;
 mod policy;
 mod procs;
 mod proto;

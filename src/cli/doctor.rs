@@ -6,9 +6,9 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::bpf::{bpf_lsm_active, cgroup2_mount};
 use crate::client;
 use crate::gpu::{self, Gpu, Roots};
+use crate::kernel::{self, bpf_lsm_active, cgroup2_mount};
 use crate::proto::Request;
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -60,8 +60,7 @@ pub fn lsm_param(active: &str) -> String {
 }
 
 fn kernel_checks(r: &mut Report, roots: &Roots) {
-    let sys = &roots.sysfs;
-    match read(&sys.join("kernel/security/lsm")) {
+    match kernel::active_lsms(roots) {
         Some(l) if bpf_lsm_active(&l) => r.say(
             Level::Ok,
             &format!("BPF LSM active ({}): the lsm backend can run", l.trim()),
@@ -88,7 +87,7 @@ fn kernel_checks(r: &mut Report, roots: &Roots) {
             Some("mount -t securityfs securityfs /sys/kernel/security".into()),
         ),
     }
-    if sys.join("kernel/btf/vmlinux").exists() {
+    if kernel::btf_present(roots) {
         r.say(
             Level::Ok,
             "kernel BTF present (/sys/kernel/btf/vmlinux)",
@@ -115,13 +114,7 @@ fn kernel_checks(r: &mut Report, roots: &Roots) {
             Some("mount -t cgroup2 none /sys/fs/cgroup (systemd does this by default)".into()),
         ),
     }
-    if let Some(l) = read(&sys.join("kernel/security/lockdown")) {
-        let mode = l
-            .split_whitespace()
-            .find(|w| w.starts_with('['))
-            .unwrap_or("[none]")
-            .trim_matches(|c| c == '[' || c == ']')
-            .to_string();
+    if let Some(mode) = kernel::lockdown(roots) {
         if mode == "confidentiality" {
             r.say(
                 Level::Fail,

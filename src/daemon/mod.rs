@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 
 use crate::bpf::{self, Backend, Enforcer};
 use crate::gpu::{self, Inventory, Roots};
+use crate::kernel::{self, active_lsms};
 use crate::policy::{self, Choice, ManualBlock, Mode, Plan};
 use crate::procs;
 use crate::proto::{Code, Request, Response};
@@ -226,11 +227,6 @@ pub fn run(opts: Options) -> Result<()> {
     Ok(())
 }
 
-/// The active LSM list, if securityfs shows it.
-fn active_lsms(roots: &Roots) -> Option<String> {
-    std::fs::read_to_string(roots.sysfs.join("kernel/security/lsm")).ok()
-}
-
 /// Loads the requested backend; `auto` tries lsm where the BPF LSM is
 /// active and falls back to cgroup, saying why.
 fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
@@ -244,7 +240,7 @@ fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
         })
     };
     let lsms = active_lsms(&opts.roots);
-    let lsm_active = lsms.as_deref().is_some_and(bpf::bpf_lsm_active);
+    let lsm_active = lsms.as_deref().is_some_and(kernel::bpf_lsm_active);
     match opts.backend {
         BackendChoice::Cgroup => load(Backend::Cgroup),
         BackendChoice::Lsm => {

@@ -1,6 +1,6 @@
 //! Power truth: does each offload GPU really sleep, and who woke it.
 //!
-//! The kernel side (`bpf/power.bpf.c`, loaded by [`crate::bpf_power`])
+//! The kernel side (`bpf/power.bpf.c`, loaded by [`crate::bpf::power`])
 //! reports every settled runtime-PM transition of the watched devices (each
 //! offload GPU function, its sibling functions, the bridge above it) with
 //! the task that started each resume. This module turns them into `wake`,
@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::bpf_power::{PmEvent, PowerMon, Role, Waker, Watch, RPM_ACTIVE, RPM_SUSPENDED};
+use crate::bpf::power::{PmEvent, PowerMon, Role, Waker, Watch, RPM_ACTIVE, RPM_SUSPENDED};
 use crate::gpu::{Inventory, PciAddr};
 
 /// Wakes kept (all GPUs together); older ones are dropped.
@@ -621,7 +621,7 @@ fn count_waker(wakers: &mut BTreeMap<(String, Option<u32>), u64>, w: &Wake) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bpf_power::Waker;
+    use crate::bpf::power::Waker;
 
     fn c(s: u64, a: u64) -> Counters {
         Counters {

@@ -14,35 +14,9 @@ use anyhow::{Context, Result};
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
 use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer, RingBufferBuilder};
 
-#[allow(
-    clippy::all,
-    clippy::pedantic,
-    dead_code,
-    unused_imports,
-    non_camel_case_types
-)]
-mod skel {
-    include!(concat!(env!("OUT_DIR"), "/power.skel.rs"));
-}
-
-use skel::{PowerSkel, PowerSkelBuilder};
-
-/// Mirrors `GPUCTL_PM_NAME` in `bpf/power.h`.
-const NAME: usize = 16;
-const PATH_PARTS: usize = 4;
-const PART: usize = 32;
-const WHAT: usize = 64;
-/// `struct pm_waker` / `struct pm_event` / `struct pm_dev` sizes (checked in tests).
-const WAKER_SIZE: usize = 48 + WHAT + PATH_PARTS * PART + PART;
-/// Offset of `pm_waker.mnt`.
-const MNT_AT: usize = 48 + WHAT + PATH_PARTS * PART;
-const EVENT_SIZE: usize = 24 + NAME + WAKER_SIZE;
-const DEV_SIZE: usize = 24 + WAKER_SIZE;
-
-const KTHREAD: u32 = 1;
-const ASYNC: u32 = 2;
-const FD: u32 = 4;
-const OPEN: u32 = 8;
+use super::abi;
+pub use super::abi::{RPM_ACTIVE, RPM_SUSPENDED};
+use super::skel::power::{types, PowerSkel, PowerSkelBuilder};
 
 /// What a watched device is to its GPU (`pm_dev.role`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
@@ -55,29 +29,6 @@ pub enum Role {
     /// The PCI bridge (root port) above it.
     Bridge,
 }
-
-impl Role {
-    fn raw(self) -> u32 {
-        match self {
-            Role::Gpu => 0,
-            Role::Sibling => 1,
-            Role::Bridge => 2,
-        }
-    }
-    fn from_raw(v: u32) -> Role {
-        match v {
-            0 => Role::Gpu,
-            1 => Role::Sibling,
-            _ => Role::Bridge,
-        }
-    }
-}
-
-/// Runtime status as the kernel's `enum rpm_status`.
-pub const RPM_ACTIVE: u32 = 0;
-pub const RPM_SUSPENDED: u32 = 2;
-/// Not known yet: the first settled status seen is reported.
-const RPM_UNKNOWN: u32 = 0xff;
 
 /// Who started a resume (`struct pm_waker`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -115,71 +66,6 @@ pub struct PmEvent {
     pub waker: Option<Waker>,
 }
 
-fn cstr(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
-}
-
-fn u32_at(b: &[u8], i: usize) -> Option<u32> {
-    Some(u32::from_ne_bytes(b.get(i..i + 4)?.try_into().ok()?))
-}
-
-fn u64_at(b: &[u8], i: usize) -> Option<u64> {
-    Some(u64::from_ne_bytes(b.get(i..i + 8)?.try_into().ok()?))
-}
-
-impl Waker {
-    fn parse(b: &[u8]) -> Option<Waker> {
-        if b.len() < WAKER_SIZE {
-            return None;
-        }
-        let flags = u32_at(b, 20)?;
-        let syscall = u32_at(b, 24)? as i32;
-        let fd_path = if flags & FD != 0 {
-            (0..PATH_PARTS)
-                .map(|i| cstr(&b[112 + i * PART..112 + (i + 1) * PART]))
-                .take_while(|s| !s.is_empty())
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Some(Waker {
-            ts: u64_at(b, 0)?,
-            pid: u32_at(b, 8)?,
-            tgid: u32_at(b, 12)?,
-            uid: u32_at(b, 16)?,
-            kthread: flags & KTHREAD != 0,
-            r#async: flags & ASYNC != 0,
-            syscall: u32::try_from(syscall).ok(),
-            comm: cstr(&b[32..48]),
-            opened: (flags & OPEN != 0).then(|| cstr(&b[48..48 + WHAT])),
-            mnt: Some(cstr(&b[MNT_AT..MNT_AT + PART])).filter(|m| !m.is_empty()),
-            fd_path,
-        })
-    }
-}
-
-impl PmEvent {
-    pub fn parse(b: &[u8]) -> Option<PmEvent> {
-        if b.len() < EVENT_SIZE {
-            return None;
-        }
-        let has_waker = u32_at(b, 20)? != 0;
-        Some(PmEvent {
-            ts: u64_at(b, 0)?,
-            gpu: u32_at(b, 8)?,
-            role: Role::from_raw(u32_at(b, 12)?),
-            status: u32_at(b, 16)?,
-            dev: cstr(&b[24..24 + NAME]),
-            waker: if has_waker {
-                Waker::parse(&b[24 + NAME..])
-            } else {
-                None
-            },
-        })
-    }
-}
-
 /// A device to watch: its name (a PCI address), its GPU and role, and its
 /// runtime status now (`power/runtime_status`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,26 +74,6 @@ pub struct Watch {
     pub gpu: u32,
     pub role: Role,
     pub status: Option<String>,
-}
-
-fn key(dev: &str) -> [u8; NAME] {
-    let mut k = [0u8; NAME];
-    let n = dev.len().min(NAME - 1);
-    k[..n].copy_from_slice(&dev.as_bytes()[..n]);
-    k
-}
-
-fn dev_value(w: &Watch) -> Vec<u8> {
-    let mut v = vec![0u8; DEV_SIZE];
-    let status = match w.status.as_deref() {
-        Some("active") => RPM_ACTIVE,
-        Some("suspended") => RPM_SUSPENDED,
-        _ => RPM_UNKNOWN,
-    };
-    v[..4].copy_from_slice(&w.gpu.to_ne_bytes());
-    v[4..8].copy_from_slice(&w.role.raw().to_ne_bytes());
-    v[8..12].copy_from_slice(&status.to_ne_bytes());
-    v
 }
 
 /// The loaded runtime-PM programs. Dropping it detaches them.
@@ -222,7 +88,7 @@ pub struct PowerMon {
 impl PowerMon {
     /// Loads and attaches the three `tp_btf/rpm_*` programs.
     pub fn load() -> Result<PowerMon> {
-        // As in bpf.rs: the skeleton borrows its object storage for its
+        // As in enforcer.rs: the skeleton borrows its object storage for its
         // whole life; one per daemon run, leaked on purpose.
         let storage: &'static mut MaybeUninit<libbpf_rs::OpenObject> =
             Box::leak(Box::new(MaybeUninit::uninit()));
@@ -245,8 +111,8 @@ impl PowerMon {
         let q = Rc::clone(&queue);
         let mut b = RingBufferBuilder::new();
         b.add(&skel.maps.pm_events, move |data: &[u8]| {
-            if let Some(e) = PmEvent::parse(data) {
-                q.borrow_mut().push(e);
+            if let Some(e) = abi::read::<types::pm_event>(data) {
+                q.borrow_mut().push(PmEvent::from(&e));
             }
             0
         })
@@ -273,7 +139,7 @@ impl PowerMon {
             .cloned()
             .collect();
         for d in gone {
-            match map.delete(&key(&d)) {
+            match map.delete(abi::bytes(&abi::pm_key(&d))) {
                 Ok(()) => {}
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
                 Err(e) => return Err(e).with_context(|| format!("unwatching {d}")),
@@ -284,7 +150,8 @@ impl PowerMon {
             if self.watched.get(d) == Some(&(w.gpu, w.role)) {
                 continue;
             }
-            map.update(&key(d), &dev_value(w), MapFlags::ANY)
+            let (key, value) = (abi::pm_key(d), abi::pm_dev(w));
+            map.update(abi::bytes(&key), abi::bytes(&value), MapFlags::ANY)
                 .with_context(|| format!("watching {d}"))?;
             self.watched.insert(d.to_string(), (w.gpu, w.role));
         }
@@ -306,13 +173,19 @@ impl PowerMon {
 
     /// Completed resumes of `dev` counted in the kernel since it was watched.
     pub fn kernel_wakes(&self, dev: &str) -> Option<u64> {
+        self.pm_dev(dev).map(|v| abi::pm_wakes(&v))
+    }
+
+    /// The `pm_devs` entry of `dev`, if it is watched.
+    fn pm_dev(&self, dev: &str) -> Option<types::pm_dev> {
+        let key = abi::pm_key(dev);
         let v = self
             .skel
             .maps
             .pm_devs
-            .lookup(&key(dev), MapFlags::ANY)
+            .lookup(abi::bytes(&key), MapFlags::ANY)
             .ok()??;
-        u64_at(&v, 16)
+        abi::read(&v)
     }
 
     /// Each program's name, kernel id, run count and total run time in ns, from
@@ -333,19 +206,8 @@ impl PowerMon {
         ]
         .into_iter()
         .map(|(name, fd)| {
-            let info =
-                std::fs::read_to_string(format!("/proc/self/fdinfo/{fd}")).unwrap_or_default();
-            let field = |k: &str| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(k)?.trim().parse::<u64>().ok())
-                    .unwrap_or(0)
-            };
-            (
-                name,
-                field("prog_id:"),
-                field("run_cnt:"),
-                field("run_time_ns:"),
-            )
+            let st = crate::kernel::prog_stats(fd);
+            (name, st.prog_id, st.run_cnt, st.run_time_ns)
         })
         .collect()
     }
@@ -353,16 +215,7 @@ impl PowerMon {
     /// The waker recorded for a resume of `dev` that has not completed.
     #[cfg(test)]
     pub fn pending_waker(&self, dev: &str) -> Option<Waker> {
-        let v = self
-            .skel
-            .maps
-            .pm_devs
-            .lookup(&key(dev), MapFlags::ANY)
-            .ok()??;
-        if u32_at(&v, 12)? == 0 {
-            return None;
-        }
-        Waker::parse(&v[24..])
+        abi::pm_pending(&self.pm_dev(dev)?)
     }
 }
 
@@ -370,84 +223,13 @@ impl PowerMon {
 mod tests {
     use super::*;
 
-    #[test]
-    fn layouts_match_the_c_structs() {
-        use std::mem::size_of;
-        assert_eq!(size_of::<skel::types::pm_waker>(), WAKER_SIZE);
-        // pm_event's size is a _Static_assert in bpf/power.h.
-        assert_eq!(EVENT_SIZE, 312);
-        assert_eq!(size_of::<skel::types::pm_dev>(), DEV_SIZE);
-        assert_eq!(size_of::<skel::types::pm_key>(), NAME);
-    }
-
-    fn event_bytes(status: u32, waker: Option<(&str, u32, &[&str])>) -> Vec<u8> {
-        let mut b = vec![0u8; EVENT_SIZE];
-        b[..8].copy_from_slice(&5_000_000_000u64.to_ne_bytes());
-        b[8..12].copy_from_slice(&1u32.to_ne_bytes());
-        b[12..16].copy_from_slice(&0u32.to_ne_bytes());
-        b[16..20].copy_from_slice(&status.to_ne_bytes());
-        b[24..36].copy_from_slice(b"0000:01:00.0");
-        if let Some((comm, flags, parts)) = waker {
-            b[20..24].copy_from_slice(&1u32.to_ne_bytes());
-            let w = 24 + NAME;
-            b[w + 8..w + 12].copy_from_slice(&4242u32.to_ne_bytes());
-            b[w + 12..w + 16].copy_from_slice(&4242u32.to_ne_bytes());
-            b[w + 16..w + 20].copy_from_slice(&1000u32.to_ne_bytes());
-            b[w + 20..w + 24].copy_from_slice(&flags.to_ne_bytes());
-            b[w + 24..w + 28].copy_from_slice(&17i32.to_ne_bytes());
-            b[w + 32..w + 32 + comm.len()].copy_from_slice(comm.as_bytes());
-            for (i, p) in parts.iter().enumerate() {
-                let o = w + 112 + i * PART;
-                b[o..o + p.len()].copy_from_slice(p.as_bytes());
-            }
-        }
-        b
-    }
-
-    #[test]
-    fn parses_wake_events() {
-        let b = event_bytes(RPM_ACTIVE, Some(("lspci", FD, &["config", "0000:01:00.0"])));
-        let e = PmEvent::parse(&b).unwrap();
-        assert_eq!(
-            (e.gpu, e.role, e.status, e.dev.as_str()),
-            (1, Role::Gpu, RPM_ACTIVE, "0000:01:00.0")
-        );
-        let w = e.waker.unwrap();
-        assert_eq!(
-            (w.pid, w.uid, w.comm.as_str(), w.syscall),
-            (4242, 1000, "lspci", Some(17))
-        );
-        assert_eq!(w.fd_path, vec!["config", "0000:01:00.0"]);
-        assert!(!w.kthread && w.opened.is_none());
-        assert_eq!(w.mnt, None);
-        let b = event_bytes(RPM_SUSPENDED, None);
-        assert!(PmEvent::parse(&b).unwrap().waker.is_none());
-        assert!(PmEvent::parse(&b[..40]).is_none());
-    }
-
-    #[test]
-    fn watch_values() {
-        let w = Watch {
-            dev: "0000:01:00.1".into(),
-            gpu: 2,
-            role: Role::Sibling,
-            status: Some("suspended".into()),
-        };
-        let v = dev_value(&w);
-        assert_eq!(u32_at(&v, 0), Some(2));
-        assert_eq!(u32_at(&v, 4), Some(1));
-        assert_eq!(u32_at(&v, 8), Some(RPM_SUSPENDED));
-        assert_eq!(&key("0000:01:00.1")[..13], b"0000:01:00.1\0");
-    }
-
     /// Root only: the programs load and attach on this kernel (tp_btf), and
     /// a watched device's runtime-PM calls run them: reading a PCI
     /// function's `config` calls pm_runtime_get_sync (rpm_resume) on it.
     #[test]
+    #[ignore = "root"]
     fn loads_attaches_and_filters() {
-        if !crate::bpf::root_or_skip("loads_attaches_and_filters") {
-            return;
-        }
+        crate::bpf::require_root("loads_attaches_and_filters");
         crate::bpf::init_logging(false);
         let mut m = PowerMon::load().unwrap();
         let Some(dev) = std::fs::read_dir("/sys/bus/pci/devices")
