@@ -81,9 +81,15 @@ pub struct Auto {
 impl Auto {
     /// Loads `auto.json` from the state directory. A corrupt file is moved
     /// aside and reported; automation then starts on, with no override.
-    pub fn load(state_dir: &Path) -> (Auto, Option<String>) {
+    /// Returns every warning (a corrupt file, a refused resume watch).
+    pub fn load(state_dir: &Path) -> (Auto, Vec<String>) {
+        Auto::load_with(state_dir, clock_watch())
+    }
+
+    /// [`Auto::load`] with the resume watch given (a test makes it fail).
+    fn load_with(state_dir: &Path, clock: Result<OwnedFd>) -> (Auto, Vec<String>) {
         let path = state_dir.join("auto.json");
-        let mut warn = None;
+        let mut warn = Vec::new();
         // One of the daemon's own files: not a symlink, regular, <= 1 MiB,
         // opened O_NONBLOCK (a FIFO planted there cannot stall the start).
         let err = match safefile::read_own(&path) {
@@ -104,17 +110,17 @@ impl Auto {
                     Ok(()) => format!("kept as {}", bad.display()),
                     Err(e) => format!("could not move it to {}: {e}", bad.display()),
                 };
-                warn = Some(format!(
+                warn.push(format!(
                     "{} {why}; automation on, no manual override; {kept}",
                     path.display()
                 ));
                 AutoFile::default()
             }
         };
-        let clock = match clock_watch() {
+        let clock = match clock {
             Ok(fd) => Some(fd),
             Err(e) => {
-                warn = Some(format!(
+                warn.push(format!(
                     "{e:#}; automatic modes will not be re-evaluated after a resume"
                 ));
                 None
@@ -505,7 +511,7 @@ mod tests {
         std::fs::write(dir.join("auto.json"), "{\"version\":1,\"off\":tr").unwrap();
         let (a, warn) = Auto::load(&dir);
         assert!(a.enabled && !a.overridden);
-        assert!(warn.unwrap().contains("is corrupt"));
+        assert!(warn[0].contains("is corrupt"), "{warn:?}");
         assert!(dir.join("auto.json.bad").exists());
         // A saved state round-trips.
         let (mut a, _) = Auto::load(&dir);
@@ -514,9 +520,24 @@ mod tests {
         a.power = Some(Power::Battery);
         a.save();
         let (b, warn) = Auto::load(&dir);
-        assert!(warn.is_none() || warn.unwrap().contains("timerfd"));
+        assert!(warn.iter().all(|w| w.contains("timerfd")), "{warn:?}");
         assert!(!b.enabled && b.overridden);
         assert_eq!(b.power, Some(Power::Battery));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_file_and_a_refused_resume_watch_are_both_reported() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-autowarn-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("auto.json"), "not json").unwrap();
+        let refused = Err(anyhow::anyhow!("timerfd_create: EMFILE"));
+        let (a, warns) = Auto::load_with(&dir, refused);
+        assert!(a.enabled && a.clock.is_none());
+        let all = format!("{warns:?}");
+        assert!(all.contains("is corrupt"), "{all}");
+        assert!(all.contains("EMFILE"), "{all}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -42,8 +42,8 @@ impl Daemon {
         if let Some(w) = warn {
             log!("{w}");
         }
-        let (auto, warn) = Auto::load(&opts.state_dir);
-        if let Some(w) = warn {
+        let (auto, warns) = Auto::load(&opts.state_dir);
+        for w in warns {
             log!("{w}");
         }
         let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
