@@ -167,32 +167,8 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
                 }
             }
             Src::Clock => d.auto.on_clock(now),
-            Src::Power => {
-                for line in d.power.on_ready() {
-                    server.broadcast(&|c: &Conn| {
-                        let mut v = line.clone();
-                        power::redact_wake(&mut v, viewer(c));
-                        Some(v)
-                    });
-                }
-            }
-            Src::Denials => {
-                for e in d.core.enforcer.drain_events() {
-                    // Other users' pids and command names only to root and the
-                    // group; a plain user sees their own, and the count.
-                    server.broadcast(&|c: &Conn| {
-                        let mine = c.privileged || c.peer.as_ref().is_some_and(|p| p.uid == e.uid);
-                        Some(json!({
-                            "event": "denied",
-                            "pid": mine.then_some(e.pid),
-                            "comm": mine.then_some(e.comm.as_str()),
-                            "uid": mine.then_some(e.uid),
-                            "gpu": e.gpu,
-                            "node": e.node,
-                        }))
-                    });
-                }
-            }
+            Src::Power => send_wakes(d, server),
+            Src::Denials => send_denials(d, server),
             // Existing clients' indexes match the set: new ones are
             // accepted after serving.
             Src::Conn(i) => server.io(i, revents),
@@ -211,6 +187,36 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
     announce(d, server);
     d.core.persist();
     true
+}
+
+/// Runtime-PM events (wake, sleep) to subscribers, redacted per viewer.
+fn send_wakes(d: &mut Daemon, server: &mut Server) {
+    for line in d.power.on_ready() {
+        server.broadcast(&|c: &Conn| {
+            let mut v = line.clone();
+            power::redact_wake(&mut v, viewer(c));
+            Some(v)
+        });
+    }
+}
+
+/// The enforcer's deny events to subscribers.
+fn send_denials(d: &mut Daemon, server: &mut Server) {
+    for e in d.core.enforcer.drain_events() {
+        // Other users' pids and command names only to root and the
+        // group; a plain user sees their own, and the count.
+        server.broadcast(&|c: &Conn| {
+            let mine = c.privileged || c.peer.as_ref().is_some_and(|p| p.uid == e.uid);
+            Some(json!({
+                "event": "denied",
+                "pid": mine.then_some(e.pid),
+                "comm": mine.then_some(e.comm.as_str()),
+                "uid": mine.then_some(e.uid),
+                "gpu": e.gpu,
+                "node": e.node,
+            }))
+        });
+    }
 }
 
 /// The socket's file was deleted or moved away: listen on a new one.

@@ -25,10 +25,9 @@ use crate::gpu;
 pub const SHARED_READ_WINDOW: Duration = Duration::from_millis(250);
 
 impl Daemon {
-    /// Everything before the socket: the lock, the files, discovery, the
-    /// backend, the saved mode in force, the grants of processes that
-    /// outlived the previous daemon.
-    pub(super) fn start(opts: &Options) -> Result<Daemon> {
+    /// Reads the files, discovers, loads the backend and opens every
+    /// room; nothing is applied yet.
+    fn open(opts: &Options) -> Result<Daemon> {
         // One daemon per state directory, whatever happened to the socket file.
         let lock = lifetime::lock_state_dir(&opts.state_dir)?;
         let (config, warn) = config::load(&opts.config);
@@ -68,7 +67,7 @@ impl Daemon {
             inventory,
             enforcer,
         );
-        let mut d = Daemon {
+        Ok(Daemon {
             core,
             apps,
             grants: Grants::new(&opts.state_dir),
@@ -81,7 +80,14 @@ impl Daemon {
             refreshed: None,
             who_cache: None,
             _lock: lock,
-        };
+        })
+    }
+
+    /// Everything before the socket: the lock, the files, discovery, the
+    /// backend, the saved mode in force, the grants of processes that
+    /// outlived the previous daemon.
+    pub(super) fn start(opts: &Options) -> Result<Daemon> {
+        let mut d = Daemon::open(opts)?;
         let env_grants = d.core.config().env_grants;
         d.core.enforcer.set_env_grants(env_grants)?;
         d.sync_power();
