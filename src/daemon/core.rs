@@ -17,7 +17,7 @@ use super::reject::Rejection;
 use super::{auto, holders, state};
 use crate::bpf::Enforcer;
 use crate::gpu::{self, Inventory, Roots};
-use crate::policy::{self, AppRule, Choice, Mode, Plan};
+use crate::policy::{AppRule, Choice, Mode, Plan};
 
 pub struct Core {
     pub roots: Roots,
@@ -121,13 +121,13 @@ impl Core {
     /// are skipped with a log line; a mode that makes no sense here blocks
     /// nothing. Never fails because of policy, only because of the kernel.
     pub fn reapply(&mut self) -> Result<()> {
-        let inv = holders::with_display_holders(
+        let planned = holders::plan(
             &self.inventory,
             &self.roots.procfs,
             &self.choice,
             &self.plan.blocked,
         );
-        let plan = match policy::plan(&inv, &self.choice) {
+        let plan = match planned {
             Ok(p) => {
                 self.note = (!p.skipped.is_empty()).then(|| {
                     p.skipped
@@ -157,13 +157,12 @@ impl Core {
     /// rename, fsync) happens right after the response is sent
     /// ([`Core::persist`]), so the client does not wait for the disk.
     pub fn change(&mut self, choice: Choice) -> Result<(), Rejection> {
-        let inv = holders::with_display_holders(
+        let plan = holders::check(
             &self.inventory,
             &self.roots.procfs,
             &choice,
             &self.plan.blocked,
-        );
-        let plan = policy::check(&inv, &choice)?;
+        )?;
         if let Err(e) = self.enforcer.apply(&plan) {
             if let Err(back) = self.enforcer.apply(&self.plan) {
                 log!("restoring the previous blocks failed: {back:#}");
