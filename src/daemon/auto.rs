@@ -61,8 +61,8 @@ struct AutoFile {
 
 pub struct Auto {
     path: PathBuf,
-    pub enabled: bool,
-    pub overridden: bool,
+    enabled: bool,
+    overridden: bool,
     /// The power source last read (`None` before the first read).
     power: Option<Power>,
     /// When the power source last changed (or the daemon started).
@@ -74,8 +74,9 @@ pub struct Auto {
     /// Readable after a clock set or a resume; `None` if refused.
     clock: Option<OwnedFd>,
     /// `mode` events for subscribers, sent by the loop.
-    pub outbox: Vec<Value>,
-    pub save_error: Option<String>,
+    outbox: Vec<Value>,
+    /// Why the last save of `auto.json` failed, if it did.
+    save_error: Option<String>,
 }
 
 impl Auto {
@@ -158,6 +159,16 @@ impl Auto {
             log!("saving {}: {e:#}", self.path.display());
             format!("{e:#}")
         });
+    }
+
+    /// The `mode` events queued since the last call, for subscribers.
+    pub fn take_events(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Why the last save of `auto.json` failed, if it did.
+    pub fn save_error(&self) -> Option<&str> {
+        self.save_error.as_deref()
     }
 
     /// The poll loop's deadline for a pending decision.

@@ -19,7 +19,7 @@ pub struct Push {
     /// The mode and blocked GPU ids last announced.
     last: Option<(Mode, BTreeSet<u32>)>,
     /// Events queued by request handlers (grants), sent after the turn.
-    pub outbox: Vec<Outgoing>,
+    outbox: Vec<Outgoing>,
 }
 
 /// An event with the uid it concerns: pid and command name go only to root,

@@ -181,7 +181,7 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
         let gid = auth::configured_gid(&d.core.config().group);
         server.accept(now, &|p: &Peer| p.may_change(gid));
     }
-    for e in std::mem::take(&mut d.auto.outbox) {
+    for e in d.auto.take_events() {
         server.broadcast(&|_: &Conn| Some(e.clone()));
     }
     announce(d, server);
@@ -244,5 +244,24 @@ fn announce(d: &mut Daemon, server: &mut Server) {
             let viewer = c.peer.as_ref().map(|p| p.uid);
             Some(redact(&e.event, e.uid, c.privileged, viewer))
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_zero_with_work_until_the_earliest_deadline_else_forever() {
+        let now = Instant::now();
+        let soon = Some(now + Duration::from_millis(10));
+        let later = Some(now + Duration::from_secs(5));
+        assert_eq!(timeout(true, [later, None, None], now), PollTimeout::ZERO);
+        assert_eq!(timeout(false, [None, None, None], now), PollTimeout::NONE);
+        let t = timeout(false, [later, None, soon], now);
+        assert_eq!(i32::from(t), 11);
+        // A deadline already passed: wake at once (1 ms), never negative.
+        let past = Some(now - Duration::from_millis(5));
+        assert_eq!(i32::from(timeout(false, [None, past, None], now)), 1);
     }
 }

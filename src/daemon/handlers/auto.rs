@@ -22,7 +22,7 @@ pub(super) fn auto(d: &mut Daemon, action: Option<AutoAction>) -> Result<Value, 
             d.auto_evaluate(true, "status");
         }
     }
-    if let Some(e) = &d.auto.save_error {
+    if let Some(e) = d.auto.save_error() {
         return Err(internal(format!("automation state not saved: {e}")));
     }
     Ok(d.auto.json(&d.core.config().auto, d.core.choice().mode))
