@@ -90,7 +90,7 @@ impl Apps {
             anyhow::bail!("{path} is not a regular file (an executable is needed)");
         }
         let id = core.enforcer.kernel_file_id(&f)?;
-        let mask = app_mask(&core.inventory, rule);
+        let mask = app_mask(core.inventory(), rule);
         core.enforcer.set_app(id, Some((mask, rule.allow)))?;
         self.ids.insert(path.to_string(), id);
         Ok(f)

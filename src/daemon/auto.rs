@@ -327,7 +327,7 @@ impl Auto {
             self.since = Some(SystemTime::now());
         }
         let display = core
-            .inventory
+            .inventory()
             .gpus
             .iter()
             .filter(|g| g.offload)
@@ -343,7 +343,7 @@ impl Auto {
                 mode: m,
                 ..Choice::default()
             };
-            if let Err(r) = policy::plan(&core.inventory, &c) {
+            if let Err(r) = policy::plan(core.inventory(), &c) {
                 refused.insert(m, r.0.trim_start_matches("refused: ").to_string());
             }
         }

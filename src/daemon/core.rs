@@ -22,7 +22,7 @@ use crate::policy::{AppRule, Choice, Mode, Plan};
 pub struct Core {
     pub roots: Roots,
     /// What discovery last read; re-read by [`Core::rediscover`] only.
-    pub inventory: Inventory,
+    inventory: Inventory,
     /// Applies plans; the components also fill its grant and app maps.
     pub enforcer: Enforcer,
     /// Where the choice is saved (`state.json`).
@@ -69,6 +69,10 @@ impl Core {
             dirty: false,
             save_error: None,
         }
+    }
+
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
     }
 
     pub fn choice(&self) -> &Choice {

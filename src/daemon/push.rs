@@ -84,7 +84,7 @@ impl Push {
     /// the last announcement, then the queued events. Taken even when
     /// nobody listens, so nothing is announced late.
     pub fn take(&mut self, core: &super::core::Core) -> Vec<Outgoing> {
-        let changed = self.changes(&core.inventory, core.choice(), core.plan());
+        let changed = self.changes(core.inventory(), core.choice(), core.plan());
         let queued = std::mem::take(&mut self.outbox);
         changed
             .into_iter()

@@ -109,7 +109,7 @@ impl Daemon {
                 .map(|p| format!(" on {}", p.display()))
                 .unwrap_or_default(),
             core.choice().mode,
-            core.inventory.gpus.len(),
+            core.inventory().gpus.len(),
             describe_blocked(core.plan())
         );
         Ok(d)
@@ -145,7 +145,7 @@ impl Daemon {
 
     /// Watches the offload GPUs' runtime PM (power.rs); never fatal.
     pub(super) fn sync_power(&mut self) {
-        if let Err(e) = self.power.sync(&self.core.inventory) {
+        if let Err(e) = self.power.sync(self.core.inventory()) {
             log!("watching the GPUs' runtime PM failed: {e}");
         }
     }

@@ -39,7 +39,7 @@ pub(super) fn app(
             d.apps.forget(&d.core.enforcer, &canon)?;
         }
         AppAction::Allow | AppAction::Deny => {
-            let gpu = match gpu.map(|g| d.core.inventory.find(g)) {
+            let gpu = match gpu.map(|g| d.core.inventory().find(g)) {
                 Some(Ok(g)) => Some(g.pci),
                 Some(Err(e)) => return Err(Rejection::UnknownGpu(e)),
                 None => None,

@@ -9,7 +9,7 @@ use super::{viewer, Rejection};
 
 pub(super) fn wakes(d: &mut Daemon, gpu: Option<&str>, conn: &Conn) -> Result<Value, Rejection> {
     d.power
-        .wakes_json(&d.core.inventory, gpu, viewer(conn))
+        .wakes_json(d.core.inventory(), gpu, viewer(conn))
         .map_err(Rejection::UnknownGpu)
 }
 

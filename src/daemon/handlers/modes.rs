@@ -34,7 +34,7 @@ pub(super) fn block(
 ) -> Result<Value, Rejection> {
     let gpu = d
         .core
-        .inventory
+        .inventory()
         .find(arg)
         .map_err(Rejection::UnknownGpu)?
         .clone();
@@ -50,7 +50,7 @@ pub(super) fn block(
         choice.manual.clone()
     } else {
         d.core
-            .inventory
+            .inventory()
             .gpus
             .iter()
             .filter(|g| plan.blocked.contains(&g.id))

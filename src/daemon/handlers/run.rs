@@ -20,7 +20,7 @@ pub(super) fn grant(
     let Some(peer) = peer else {
         return Err(internal("cannot identify the caller (SO_PEERCRED failed)"));
     };
-    let gpu = match d.core.inventory.run_target(arg) {
+    let gpu = match d.core.inventory().run_target(arg) {
         Ok(g) => g.clone(),
         Err(e) if arg.is_some() => return Err(Rejection::UnknownGpu(e)),
         Err(e) => return Err(Rejection::Refused(format!("refused: {e}"))),
@@ -60,7 +60,7 @@ pub(super) fn grant(
     // The environment `gpuctl run` execs with: the loaders' offload
     // variables for this GPU (with several NVIDIA GPUs, the provider).
     let env: serde_json::Map<String, serde_json::Value> = gpu
-        .offload_env(&d.core.inventory)
+        .offload_env(d.core.inventory())
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.into()))
         .collect();

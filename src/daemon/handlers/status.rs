@@ -65,7 +65,7 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<Value, Rejection> {
         "mode": core.choice().mode,
         "force": core.choice().force,
         "note": core.note(),
-        "modes": push::modes(&core.inventory, core.choice()),
+        "modes": push::modes(core.inventory(), core.choice()),
         "may_change": conn.privileged,
         "auto": d.auto.json(&core.config().auto, core.choice().mode),
         "state_not_saved": core.save_error(),

@@ -15,7 +15,7 @@ use crate::{gpu, procs};
 
 pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<Value, Rejection> {
     let only = arg
-        .map(|a| d.core.inventory.find(a).map(|g| g.id))
+        .map(|a| d.core.inventory().find(a).map(|g| g.id))
         .transpose()
         .map_err(Rejection::UnknownGpu)?;
     let now = Instant::now();
@@ -24,7 +24,7 @@ pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<Valu
         .as_ref()
         .is_some_and(|(t, _)| now.duration_since(*t) < SHARED_READ_WINDOW);
     if !fresh {
-        let all = procs::holders(&d.core.roots.procfs, &gpu::node_owners(&d.core.inventory));
+        let all = procs::holders(&d.core.roots.procfs, &gpu::node_owners(d.core.inventory()));
         d.who_cache = Some((now, all));
     }
     let all = d
