@@ -19,7 +19,7 @@ pub struct Push {
     /// The mode and blocked GPU ids last announced.
     last: Option<(Mode, BTreeSet<u32>)>,
     /// Events queued by request handlers (grants), sent after the turn.
-    pub outbox: Vec<Outgoing>,
+    outbox: Vec<Outgoing>,
 }
 
 /// An event with the uid it concerns: pid and command name go only to root,
@@ -80,6 +80,19 @@ impl Push {
         out
     }
 
+    /// What to send subscribers this turn: what changed in `core` since
+    /// the last announcement, then the queued events. Taken even when
+    /// nobody listens, so nothing is announced late.
+    pub fn take(&mut self, core: &super::core::Core) -> Vec<Outgoing> {
+        let changed = self.changes(core.inventory(), core.choice(), core.plan());
+        let queued = std::mem::take(&mut self.outbox);
+        changed
+            .into_iter()
+            .map(|event| Outgoing { event, uid: None })
+            .chain(queued)
+            .collect()
+    }
+
     /// A `gpuctl run` grant was made.
     pub fn grant(&mut self, pid: i32, uid: u32, comm: &str, gpu: u32, only: bool) {
         self.outbox.push(Outgoing {
@@ -136,27 +149,6 @@ pub fn redact(event: &Value, uid: Option<u32>, privileged: bool, viewer: Option<
         }
     }
     v
-}
-
-impl super::Daemon {
-    /// Sends every subscriber what changed this turn.
-    pub(super) fn announce(&mut self, server: &mut super::server::Server) {
-        let changed = self.push.changes(&self.inventory, &self.choice, &self.plan);
-        let queued = std::mem::take(&mut self.push.outbox);
-        if server.subscribers() == 0 {
-            return;
-        }
-        let all = changed
-            .into_iter()
-            .map(|event| Outgoing { event, uid: None })
-            .chain(queued);
-        for e in all {
-            server.broadcast(&|c: &super::server::Conn| {
-                let viewer = c.peer.as_ref().map(|p| p.uid);
-                Some(redact(&e.event, e.uid, c.privileged, viewer))
-            });
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,48 @@
+//! `gpuctl config [KEY [VALUE]]`. Setting edits the file (comments kept),
+//! writes it atomically, and applies what can change live (the core's
+//! `apply_config`, the one place a config takes effect).
+
+use serde_json::{json, Value};
+
+use super::super::reject::internal;
+use super::super::{config, state, Daemon};
+use super::Rejection;
+use crate::safefile;
+
+pub(super) fn config(
+    d: &mut Daemon,
+    key: Option<&str>,
+    value: Option<&str>,
+) -> Result<Value, Rejection> {
+    let all = d.core.config().to_json();
+    let Some(key) = key else {
+        return Ok(json!({ "path": d.config_path, "config": all }));
+    };
+    let Some(value) = value else {
+        return match all.get(key) {
+            Some(v) => Ok(json!({ "key": key, "value": v })),
+            None => Err(Rejection::BadRequest(format!(
+                "unknown key {key:?} (keys: {})",
+                config::KEYS.join(", ")
+            ))),
+        };
+    };
+    let text = match safefile::read_capped(&d.config_path, safefile::MAX_FILE) {
+        Ok(b) => String::from_utf8(b).map_err(|_| internal("the config file is not UTF-8 text"))?,
+        Err(safefile::ReadError::Missing) => String::new(),
+        Err(e) => {
+            return Err(internal(format!(
+                "reading the config {}: {e}",
+                d.config_path.display()
+            )))
+        }
+    };
+    let (text, new) = config::edit(&text, key, value).map_err(Rejection::BadRequest)?;
+    state::write_atomic(&d.config_path, text.as_bytes())?;
+    let applied = d.core.apply_config(new)?;
+    d.config_applied(&applied);
+    let note = applied.needs_restart.then_some(
+        "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
+    );
+    Ok(json!({ "key": key, "value": d.core.config().to_json()[key], "note": note }))
+}
