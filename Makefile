@@ -135,7 +135,8 @@ fmt:
 	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
 
 demo: build
-	tests/demo.sh target/debug/gpuctl
+	$(CARGO) build $(CARGOFLAGS) --example fixture
+	tests/demo.sh target/debug/gpuctl target/debug/examples/fixture
 
 bench: static
 	bench/run.sh $(STATIC_BIN)
