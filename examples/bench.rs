@@ -19,7 +19,7 @@
 //! BENCH_LAUNCH_ROUNDS (40) rounds, BENCH_CTL_RUNS (50) runs per CLI command, BENCH_STARTS
 //! (10) daemon starts, BENCH_CPU (the last CPU) the CPU measured processes run on,
 //! BENCH_PM_READS (20000), BENCH_IDLE_S (30), CC (cc), BENCH_ALLOW_DRM (unset: refuse to
-//! run where a DRM driver is loaded, see below).
+//! run where a DRM driver is loaded: its GPU nodes are 226:N too).
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
