@@ -146,10 +146,12 @@ fmt:
 	$(CLANG_FORMAT) -i bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
 
 demo: build
-	tests/demo.sh target/debug/gpuctl
+	$(CARGO) build $(CARGOFLAGS) --example fixture
+	tests/demo.sh target/debug/gpuctl target/debug/examples/fixture
 
 bench: static
-	bench/run.sh $(STATIC_BIN)
+	$(CARGO) build $(CARGOFLAGS) --example bench
+	target/debug/examples/bench $(STATIC_BIN)
 
 # The lsm backend's per-program cost, in the QEMU tier (TCG: ratios only).
 bench-vm-lsm: static

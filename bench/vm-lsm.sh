@@ -3,7 +3,7 @@
 # cannot attach on our CI machine kind (BPF trampolines are refused), measured
 # in the QEMU tier on Debian's stock 6.1 kernel next to the cgroup backend.
 # Figures are TCG-emulated: compare programs within one run, not with the
-# bare-metal table of bench/run.sh. Not part of `make bench` (it boots a VM).
+# bare-metal table of `make bench`. Not part of `make bench` (it boots a VM).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:?usage: bench/vm-lsm.sh STATIC_GPUCTL}

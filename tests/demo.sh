@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # `make demo`: a real denial, in the kernel, on this machine, in a few lines.
 #
-# Materializes a fixture Intel + NVIDIA laptop (a faithful sysfs tree), makes
+# Materializes a fixture Intel + NVIDIA laptop (a faithful sysfs tree: the
+# intel_nvidia machine of tests/common/fixture.rs, by examples/fixture.rs), makes
 # the dGPU's card node with mknod (226:0), starts the daemon against the
 # fixture with its cgroup/dev program governing a demo cgroup, and opens the
 # node from a process in that cgroup: denied in integrated mode, allowed in
 # hybrid. Everything is removed at the end. Needs root.
+#
+#   tests/demo.sh [GPUCTL [FIXTURE]]   (target/debug/gpuctl, target/debug/examples/fixture)
 set -euo pipefail
 
 BIN=$(realpath "${1:-target/debug/gpuctl}")
-here=$(cd "$(dirname "$0")/.." && pwd)
+FIXTURE=$(realpath "${2:-target/debug/examples/fixture}")
 if [ "$(id -u)" != 0 ]; then
 	echo "make demo needs root (it loads BPF programs and uses mknod)" >&2
 	exit 1
@@ -26,9 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# shellcheck source=SCRIPTDIR/../bench/fixture.sh
-. "$here/bench/fixture.sh"
-bench_fixture "$tmp"
+"$FIXTURE" intel_nvidia "$tmp"
 mkdir -p "$cg" "$tmp/dev"
 mknod -m 666 "$tmp/dev/card0" c 226 0
 

@@ -8,6 +8,8 @@
 //! code written against a real `/sys` works on it unchanged.
 //!
 //! [`machine`] builds the named machines of [`MACHINES`]; [`Builder`] builds custom ones.
+//! `examples/fixture.rs` (`make demo`) and `examples/bench.rs` (`make bench`) compile this
+//! file too, by `#[path]`: keep it self-contained (std only, no `crate::`/`super::` paths).
 //!
 //! **Reads that would wake a GPU.** Every regular file is created with an access time of
 //! [`SENTINEL_ATIME`] (2001) and a later modification time, so the first `read` of a file
