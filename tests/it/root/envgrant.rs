@@ -5,12 +5,12 @@
 //! EPERM that it was denied. The same table runs without the kernel in
 //! src/envgrant.rs; this proves the BPF side agrees.
 
-mod common;
-
 use std::process::{Command, Stdio};
 
-use common::fixture::{machine, Builder, Func, Gpu, Machine, CLASS_HDA};
-use common::harness::{describe, join_cgroup_before_exec, root_or_skip, Env, BIN, ENXIO, EPERM};
+use crate::common::fixture::{machine, Builder, Func, Gpu, Machine, CLASS_HDA};
+use crate::common::harness::{
+    describe, join_cgroup_before_exec, require_root, Env, BIN, ENXIO, EPERM,
+};
 
 const OPEN: &str = r#"exec 3<>"$0""#;
 
@@ -57,10 +57,9 @@ fn check(env: &Env, nodes: &[String], cases: &[Case]) {
 }
 
 #[test]
+#[ignore = "root"]
 fn two_gpus_grant_what_the_loaders_select() {
-    if !root_or_skip(module_path!()) {
-        return;
-    }
+    require_root(module_path!());
     // intel_nvidia: i915 iGPU 00:02.0 (8086:46a6, default), RTX 3050 01:00.0.
     let env = smart(machine("intel_nvidia"));
     let nv = env.mknod(226, 129).to_string_lossy().into_owned();
@@ -140,10 +139,9 @@ fn three_gpus() -> Machine {
 }
 
 #[test]
+#[ignore = "root"]
 fn three_gpus_grant_only_the_selected_one() {
-    if !root_or_skip(module_path!()) {
-        return;
-    }
+    require_root(module_path!());
     let env = smart(three_gpus());
     let nv = env.mknod(226, 129).to_string_lossy().into_owned();
     let amd = env.mknod(226, 130).to_string_lossy().into_owned();
@@ -230,6 +228,7 @@ fn run_env(m: &Machine, socket: &std::path::Path, gpu: &str) -> String {
 /// `gpuctl run --gpu` on a machine with two NVIDIA GPUs names the provider
 /// (NVIDIA-G<n>, n in device-minor order), without a daemon and through it.
 #[test]
+#[ignore = "root"]
 fn run_names_the_nvidia_provider_with_several_nvidia_gpus() {
     let m = two_nvidia();
     let none = m.root().join("no-daemon.sock");
@@ -250,9 +249,7 @@ fn run_names_the_nvidia_provider_with_several_nvidia_gpus() {
     assert!(vars.contains("__NV_PRIME_RENDER_OFFLOAD=1"), "{vars}");
     assert!(!vars.contains("PROVIDER"), "{vars}");
 
-    if !root_or_skip(module_path!()) {
-        return;
-    }
+    require_root(module_path!());
     let env = smart(two_nvidia());
     let vars = run_env(&env.machine, &env.socket(), "2");
     assert!(

@@ -5,16 +5,13 @@
 //! restarting; `gpuctl watch` prints a line per change. The daemon here is
 //! a scripted protocol peer (tests/common/desktop.rs), so these run without
 //! root and can send what a fixture machine cannot (runtime-PM
-//! transitions); tests/root_desktop.rs drives the real daemon.
-
-#[path = "common/desktop.rs"]
-mod desktop;
+//! transitions); root::desktop drives the real daemon.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use desktop::*;
+use crate::common::desktop::*;
 use serde_json::{json, Value};
 
 struct Setup {
