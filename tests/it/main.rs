@@ -4,11 +4,10 @@
 //! - `tier1::*`: the CLI, discovery, docs and the desktop surface against
 //!   fixture machines; unprivileged.
 //! - `root::*`: the daemon with its BPF programs on this kernel, checked by
-//!   real open(2)s from a test-owned cgroup. The tests that need root carry
-//!   `#[ignore = "root"]`, so an unprivileged `cargo test` reports them as
+//!   real open(2)s from a test-owned cgroup. Every test there carries
+//!   `#[ignore = "root"]`, so an unprivileged `cargo test` reports it as
 //!   ignored; as root, `cargo test -- --ignored` runs them (`make test-root`)
-//!   and `-- --include-ignored` runs everything (`make test`). A few tests in
-//!   `root::` files need no root and run in every tier.
+//!   and `-- --include-ignored` runs everything (`make test`).
 //!
 //! One test or a group: `cargo test --test it -- root::smart` (see HACKING.md).
 

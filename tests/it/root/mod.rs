@@ -1,7 +1,6 @@
-//! Tier 2: the daemon and its BPF programs on this kernel, as root. Each
-//! test that needs root carries `#[ignore = "root"]` and calls
-//! `require_root` (tests/common/harness.rs), which fails it when it is run
-//! without root.
+//! Tier 2: the daemon and its BPF programs on this kernel, as root. Every
+//! test here carries `#[ignore = "root"]` and calls `require_root`
+//! (tests/common/harness.rs), which fails it when it is run without root.
 
 mod auto;
 mod daemon;
@@ -11,3 +10,4 @@ mod hostile;
 mod power;
 mod smart;
 mod tray_host;
+mod who;

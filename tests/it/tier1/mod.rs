@@ -1,9 +1,11 @@
-//! Tier 1: against fixture machines, unprivileged (a test that needs root
-//! here carries `#[ignore = "root"]`).
+//! Tier 1: the CLI, discovery, docs and the desktop surface against fixture
+//! machines. Unprivileged: no test here needs root.
 
+mod daemon;
 mod desktop;
 mod discovery_cases;
 mod docs;
-mod doctor;
+pub(crate) mod doctor;
 mod fixtures_selftest;
 mod list;
+mod power;
