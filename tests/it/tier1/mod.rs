@@ -6,6 +6,7 @@ mod desktop;
 mod discovery_cases;
 mod docs;
 pub(crate) mod doctor;
+pub(crate) mod envgrant;
 mod fixtures_selftest;
 mod list;
 mod power;
