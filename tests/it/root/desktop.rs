@@ -46,18 +46,7 @@ fn start(test: &str, daemon_config: &str, tray_uid: Option<u32>) -> Option<Run> 
     wait_for("the item to register", 10, || {
         session.items.lock().unwrap().contains(&name).then_some(())
     });
-    let item = ItemProxyBlocking::builder(&session.conn)
-        .destination(name.clone())
-        .unwrap()
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .unwrap();
-    let menu = MenuProxyBlocking::builder(&session.conn)
-        .destination(name)
-        .unwrap()
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .unwrap();
+    let (item, menu) = session.tray_proxies(&name);
     wait_for("the tray to show the daemon's state", 10, || {
         (item.title().ok()? == "gpuctl: hybrid mode, dGPU asleep").then_some(())
     });

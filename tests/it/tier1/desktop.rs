@@ -46,18 +46,7 @@ fn setup(test: &str, config: &str) -> Option<Setup> {
     wait_for("the tray to subscribe to events", 10, || {
         (fake.subscribers() == 1).then_some(())
     });
-    let item = ItemProxyBlocking::builder(&session.conn)
-        .destination(name.clone())
-        .unwrap()
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .unwrap();
-    let menu = MenuProxyBlocking::builder(&session.conn)
-        .destination(name)
-        .unwrap()
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .unwrap();
+    let (item, menu) = session.tray_proxies(&name);
     wait_for("the first state", 10, || {
         (item.title().ok()? == "gpuctl: hybrid mode, dGPU asleep").then_some(())
     });
