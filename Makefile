@@ -3,13 +3,20 @@
 #   make deps      install what a fresh Debian 12 machine lacks (safe to re-run)
 #   make build     debug build
 #   make static    the single static binary (static-pie, no dynamic loader)
-#   make test      every test this machine can run (root tiers run as root)
-#   make lint      rustfmt, clippy -D warnings, clang-format on bpf/
+#   make check     the inner loop: rustfmt, clippy -D warnings, then `make test-unit`
+#   make test-unit unit and unprivileged integration tests (root tests reported as ignored)
+#   make test-root the root tests (`cargo test -- --ignored`); as root
+#   make test-vm   the QEMU tier: stock kernel, real DRM nodes, D3cold, AC adapter
+#   make test      every test this machine can run: test-install, unit, integration
+#                  (root tests too, as root), then test-vm and test-distro as root
+#   make lint      rustfmt, clippy -D warnings, clang-format, shellcheck
 #   make demo      a real denial on a fixture laptop, in a few lines
 #   make install   PREFIX=/usr/local DESTDIR=
 #   make dist      the release source tarball, crates vendored (builds offline)
 #   make test-distro  build the .deb/.rpm/Arch packages, boot Debian 12 with the .deb (root)
 #   make clean
+#
+# HACKING.md says what each test target runs, how long it takes and how to run one test.
 #
 # Packagers: CARGOFLAGS=--frozen (offline, in the tarball of `make dist`), STRIP=0 (keep
 # symbols and line tables for debug packages), STATIC=0 (link glibc, libelf and zlib
@@ -33,6 +40,7 @@ STATIC_BIN := target/$(TARGET)/release/gpuctl
 CLANG_FORMAT ?= clang-format
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
 CARGOFLAGS ?= --locked
+TEST_THREADS ?= 4
 STATIC ?= 1
 TRAY   ?= 1
 STRIP  ?= 1
@@ -64,7 +72,7 @@ APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	libarchive-tools debootstrap e2fsprogs groff-base \
 	dbus sway waybar grim desktop-file-utils
 
-.PHONY: all deps build static test test-install test-unit test-vm test-distro lint fmt demo bench bench-vm-lsm install install-files uninstall dist clean
+.PHONY: all deps build static check test test-install test-unit test-root test-vm test-distro lint fmt demo bench bench-vm-lsm install install-files uninstall dist clean
 
 all: build
 
@@ -87,9 +95,16 @@ static:
 	@file $(STATIC_BIN) 2>/dev/null || true
 	@ls -l $(STATIC_BIN)
 
+# Root tests carry #[ignore = "root"]: as root every test runs (--include-ignored);
+# otherwise the root tests are reported as ignored.
 test: static test-install
-	$(CARGO) test --locked -- --test-threads=4
-	@if [ -d tests/vm ] && [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-vm; fi
+	@if [ "$$(id -u)" = 0 ]; then \
+		echo "$(CARGO) test --locked -- --include-ignored --test-threads=$(TEST_THREADS)"; \
+		$(CARGO) test --locked -- --include-ignored --test-threads=$(TEST_THREADS); \
+	else $(CARGO) test --locked -- --test-threads=$(TEST_THREADS) && \
+		echo "test-root: SKIPPED (needs root; the root tests are reported as ignored above)" >&2; fi
+	@if [ ! -d tests/vm ]; then :; elif [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-vm; \
+	else echo "test-vm: SKIPPED (make test runs it as root only, as CI does)" >&2; fi
 	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory test-distro; \
 	else echo "test-distro: SKIPPED (needs root: debootstrap, chroot, package builds)" >&2; fi
 
@@ -117,8 +132,19 @@ test-install:
 	else echo "systemd-analyze not found: unit not verified"; fi && \
 	echo "install: 1 passed, 0 failed" && rm -rf $$d
 
+# The inner loop (under 2 minutes warm, HACKING.md): no root, no release build.
+check:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	@$(MAKE) --no-print-directory test-unit
+
 test-unit:
-	$(CARGO) test --locked
+	$(CARGO) test --locked -- --test-threads=$(TEST_THREADS)
+
+test-root:
+	@if [ "$$(id -u)" != 0 ]; then \
+		echo "make test-root: needs root (BPF programs, mknod, cgroups); see HACKING.md" >&2; exit 1; fi
+	$(CARGO) test --locked -- --ignored --test-threads=$(TEST_THREADS)
 
 test-vm: static
 	tests/vm/guest-tests.sh $(STATIC_BIN)

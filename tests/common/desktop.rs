@@ -225,6 +225,27 @@ impl Session {
         Session { conn, items, notes }
     }
 
+    /// Proxies to the tray registered as `name`: its StatusNotifierItem and its
+    /// dbusmenu, uncached (every read asks the tray).
+    pub fn tray_proxies(
+        &self,
+        name: &str,
+    ) -> (ItemProxyBlocking<'static>, MenuProxyBlocking<'static>) {
+        let item = ItemProxyBlocking::builder(&self.conn)
+            .destination(name.to_string())
+            .unwrap()
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .unwrap();
+        let menu = MenuProxyBlocking::builder(&self.conn)
+            .destination(name.to_string())
+            .unwrap()
+            .cache_properties(zbus::proxy::CacheProperties::No)
+            .build()
+            .unwrap();
+        (item, menu)
+    }
+
     pub fn notes(&self) -> Vec<Notification> {
         self.notes.lock().unwrap().clone()
     }

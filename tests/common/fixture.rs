@@ -41,6 +41,8 @@ pub const MACHINES: &[&str] = &[
     "vfio",
     "nodriver",
     "none",
+    "intel_nvidia_amd",
+    "two_nvidia",
 ];
 
 /// Access time (seconds since the epoch) of every file of a fresh tree.
@@ -1663,6 +1665,77 @@ pub fn machine(name: &str) -> Machine {
                     "snd_hda_intel",
                     ACTIVE,
                 )),
+            Some("0000:00:02.0"),
+        ),
+        // Intel iGPU (default) + RTX 4090 (nvidia) + Radeon RX 6800 (amdgpu): three
+        // loaders to select from (environment grants). The second root port is an ADL
+        // x4 controller (463d).
+        "intel_nvidia_amd" => (
+            b.pci_bridge("0000:00:01.0", None, 0x8086, 0x460d)
+                .pci_bridge("0000:00:01.1", None, 0x8086, 0x463d)
+                .gpu(Gpu {
+                    driver: Some("i915"),
+                    boot_vga: Some(true),
+                    card: Some(1),
+                    render: Some(128),
+                    connectors: &[("eDP-1", true)],
+                    ..Gpu::new("0000:00:02.0", 0x8086, 0x4680)
+                })
+                .gpu(Gpu {
+                    parent: Some("0000:00:01.0"),
+                    driver: Some("nvidia"),
+                    boot_vga: Some(false),
+                    card: Some(0),
+                    render: Some(129),
+                    nvidia_minor: Some(0),
+                    ..Gpu::new("0000:01:00.0", 0x10de, 0x2684)
+                })
+                .pci_function(Func {
+                    parent: Some("0000:00:01.0"),
+                    driver: Some("snd_hda_intel"),
+                    ..Func::new("0000:01:00.1", 0x10de, 0x22ba, CLASS_HDA)
+                })
+                .gpu(Gpu {
+                    parent: Some("0000:00:01.1"),
+                    driver: Some("amdgpu"),
+                    boot_vga: Some(false),
+                    card: Some(2),
+                    render: Some(130),
+                    ..Gpu::new("0000:02:00.0", 0x1002, 0x73bf)
+                }),
+            Some("0000:00:02.0"),
+        ),
+        // Intel iGPU (default) + two RTX 4090s: nvidia's render offload needs a provider
+        // name (NVIDIA-G<n>, in device-minor order).
+        "two_nvidia" => (
+            b.pci_bridge("0000:00:01.0", None, 0x8086, 0x460d)
+                .pci_bridge("0000:00:01.1", None, 0x8086, 0x463d)
+                .gpu(Gpu {
+                    driver: Some("i915"),
+                    boot_vga: Some(true),
+                    card: Some(0),
+                    render: Some(128),
+                    connectors: &[("eDP-1", true)],
+                    ..Gpu::new("0000:00:02.0", 0x8086, 0x4680)
+                })
+                .gpu(Gpu {
+                    parent: Some("0000:00:01.0"),
+                    driver: Some("nvidia"),
+                    boot_vga: Some(false),
+                    card: Some(1),
+                    render: Some(129),
+                    nvidia_minor: Some(0),
+                    ..Gpu::new("0000:01:00.0", 0x10de, 0x2684)
+                })
+                .gpu(Gpu {
+                    parent: Some("0000:00:01.1"),
+                    driver: Some("nvidia"),
+                    boot_vga: Some(false),
+                    card: Some(2),
+                    render: Some(130),
+                    nvidia_minor: Some(1),
+                    ..Gpu::new("0000:02:00.0", 0x10de, 0x2684)
+                }),
             Some("0000:00:02.0"),
         ),
         // No GPU at all: a root port and an Intel I226-V NIC; no DRM, so no class/drm.

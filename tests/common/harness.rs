@@ -21,19 +21,20 @@ pub const EPERM: i32 = 1;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-/// Whether root-only tests can run; says so loudly when they cannot.
-pub fn root_or_skip(test: &str) -> bool {
+/// Fails the calling test unless it runs as root. Root tests carry
+/// `#[ignore = "root"]`, so an unprivileged `cargo test` reports them as
+/// ignored; one run anyway (`-- --ignored`) without root fails here, loudly,
+/// instead of passing without having tested anything.
+pub fn require_root(test: &str) {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        // Straight to fd 2: the test harness captures eprintln! of passing
-        // tests, and a skip must be seen.
-        let name = std::thread::current().name().map(str::to_string);
-        let name = name.unwrap_or_else(|| test.to_string());
-        let _ = std::io::stderr()
-            .write_all(format!("SKIPPED {name}: needs root (CI runs as root)\n").as_bytes());
-    }
-    root
+    let name = std::thread::current().name().map(str::to_string);
+    let name = name.unwrap_or_else(|| test.to_string());
+    assert!(
+        root,
+        "{name} needs root (BPF programs, mknod, cgroups): run the root tests as root \
+         (`sudo make test-root`); an unprivileged `cargo test` reports them as ignored"
+    );
 }
 
 /// The cgroup-v2 mount point, from /proc/self/mountinfo.

@@ -16,46 +16,24 @@
 # Needs: iasl (acpica-tools), gcc + libc6-dev (static uevmon), dpkg-deb, and what run.sh needs.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-die() { echo "vm: error: $*" >&2; exit 2; }
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-verbose=0 bin=''
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    -v|--verbose) verbose=1; shift ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) die "unknown option: $1 (see --help)" ;;
-    *) [[ -z $bin ]] || die "one binary only"; bin=$1; shift ;;
-  esac
-done
-[[ -n $bin ]] || die "usage: $0 [-v] BIN (the static gpuctl)"
-[[ -x $bin ]] || die "$bin is not an executable"
+vm_args 2,15 "[-v]" -- "$@"
 command -v iasl >/dev/null || die "iasl not found (apt-get install acpica-tools)"
-cc=${CC:-}
-if [[ -z $cc ]]; then
-  for c in gcc clang; do command -v "$c" >/dev/null && { cc=$c; break; }; done
-fi
-[[ -n $cc ]] || die "no C compiler (apt-get install gcc libc6-dev)"
+vm_cc
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cp "$bin" "$tmp/gpuctl"
-"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/vmopen" "$here/vmopen.c" \
-  || die "building vmopen.c failed (static glibc: package libc6-dev)"
-"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/uevmon" "$here/uevmon.c" \
-  || die "building uevmon.c failed"
-"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/holdopen" "$here/holdopen.c" \
-  || die "building holdopen.c failed"
+vm_static "$tmp" vmopen uevmon holdopen
 cp "$here/ssdt-power.asl" "$tmp/"
 (cd "$tmp" && iasl -p ssdt-power ssdt-power.asl >"$tmp/iasl.log" 2>&1) \
   || { cat "$tmp/iasl.log" >&2; die "iasl failed on ssdt-power.asl"; }
 
 # The ACPI ac and battery modules of the kernel run.sh boots (the shared kernel cache keeps
 # only the DRM modules): extracted once from the cached .deb, kept beside it.
-kdir=$("$here/fetch-kernel.sh" | tail -n1) || die "fetch-kernel.sh failed"
-# shellcheck disable=SC1091
-. "$kdir/kernel.env"
+vm_kernel
 cache=$(dirname "$kdir")
 acpi=$kdir/extra-acpi
 if [[ ! -f $acpi/ac.ko || ! -f $acpi/battery.ko ]]; then
@@ -119,14 +97,12 @@ set -e
 kill "$waker" 2>/dev/null || true
 wait "$waker" 2>/dev/null || true
 secs=$((SECONDS - t0))
-counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" 2>/dev/null | tail -n1 || true)
-if [[ -z $counts ]]; then
+if ! vm_counts "$log"; then
   echo "vm: auto: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
   sed 's/^/  /' "$tmp/run.err"
   echo "vm: 0 passed, 1 failed"
   exit 1
 fi
-read -r np _ nf _ ns _ <<<"${counts//,/}"
 line="vm: auto: $np passed, $nf failed"
 [[ $ns == 0 ]] || line+=", $ns skipped"
 if [[ $rc != 0 && $nf == 0 ]]; then

@@ -16,35 +16,18 @@
 # boot failed, 2 on a setup error. Console logs: target/vm/guest-LABEL.log.
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-die() { echo "vm: error: $*" >&2; exit 2; }
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-verbose=0 bin='' only=()
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    -v|--verbose) verbose=1; shift ;;
-    --only) only+=("${2:?}"); shift 2 ;;
-    -h|--help) sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) die "unknown option: $1 (see --help)" ;;
-    *) [[ -z $bin ]] || die "one binary only"; bin=$1; shift ;;
-  esac
-done
-[[ -n $bin ]] || die "usage: $0 [-v] [--only LABEL] BIN (the static gpuctl)"
-[[ -x $bin ]] || die "$bin is not an executable"
-cc=${CC:-}
-if [[ -z $cc ]]; then
-  for c in gcc clang; do command -v "$c" >/dev/null && { cc=$c; break; }; done
-fi
-[[ -n $cc ]] || die "no C compiler for vmopen.c (apt-get install gcc libc6-dev)"
+vm_args 2,17 "[-v] [--only LABEL]" --only -- "$@"
+vm_cc
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # A snapshot: every boot tests the same binary even if it is rebuilt meanwhile.
 cp "$bin" "$tmp/gpuctl"
 bin=$tmp/gpuctl
-"$cc" -static -O2 -Wall -Wextra -Werror -o "$tmp/vmopen" "$here/vmopen.c" \
-  || die "building vmopen.c with $cc -static failed (static glibc: package libc6-dev)"
+vm_static "$tmp" vmopen
 
 # Real clients (tests/vm/clients.sh): the real bwrap (package bubblewrap) and a libdrm
 # probe built against the real libdrm (package libdrm-dev), with the shared libraries they
@@ -85,16 +68,13 @@ for b in "${boots[@]}"; do
   rc=$?
   set -e
   secs=$((SECONDS - t0))
-  # The guest's last word: "N passed, M failed, K skipped".
-  counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" 2>/dev/null | tail -n1 || true)
-  if [[ -z $counts ]]; then
+  if ! vm_counts "$log"; then
     echo "vm: $label: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
     total_fail=$((total_fail + 1))
     sed 's/^/  /' "$tmp/run.err"
     bad=1
     continue
   fi
-  read -r np _ nf _ ns _ <<<"${counts//,/}"
   line="vm: $label: $np passed, $nf failed"
   [[ $ns == 0 ]] || line+=", $ns skipped"
   if [[ $rc != 0 && $nf == 0 ]]; then

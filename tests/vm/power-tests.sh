@@ -23,26 +23,14 @@
 # GPUCTL_VM_QEMU (QEMU binary).
 set -euo pipefail
 
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-die() { echo "vm: error: $*" >&2; exit 2; }
+# shellcheck source=tests/vm/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-verbose=0 bin=''
-while [[ $# -gt 0 ]]; do
-  case $1 in
-    -v|--verbose) verbose=1; shift ;;
-    -h|--help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    -*) die "unknown option: $1 (see --help)" ;;
-    *) [[ -z $bin ]] || die "one binary only"; bin=$1; shift ;;
-  esac
-done
-[[ -n $bin && -x $bin ]] || die "usage: $0 [-v] BIN (the static gpuctl)"
+vm_args 2,24 "[-v]" -- "$@"
 qemu=${GPUCTL_VM_QEMU:-qemu-system-x86_64}
 command -v "$qemu" >/dev/null || die "$qemu not found (apt-get install qemu-system-x86)"
 
-kdir=$("$here/fetch-kernel.sh" | tail -n1) || die "fetch-kernel.sh failed"
-# shellcheck disable=SC1091
-. "$kdir/kernel.env"
+vm_kernel
 cache=${GPUCTL_VM_CACHE:-$repo/.cache/vm}
 deb=$cache/debs/${PKG}_${PKG_VERSION}_amd64.deb
 [[ -f $deb ]] || die "$deb not found (fetch-kernel.sh keeps the package there)"
@@ -100,13 +88,11 @@ fi
 set -e
 secs=$((SECONDS - t0))
 marker=$(grep -aoE 'GPUCTL-VM-EXIT [0-9]+' "$log" | tail -n1 || true)
-counts=$(grep -aoE '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped' "$log" | tail -n1 || true)
-if [[ -z $counts ]]; then
+if ! vm_counts "$log"; then
   echo "vm: power: 0 passed, 1 failed (no result from the guest${marker:+, $marker}; ${secs}s)"
   tail -n 40 "$log" | sed 's/^/  | /'
   exit 1
 fi
-read -r np _ nf _ ns _ <<<"${counts//,/}"
 [[ ${marker#GPUCTL-VM-EXIT } == 0 || $nf != 0 ]] || nf=1
 line="vm: power: $np passed, $nf failed"
 [[ $ns == 0 ]] || line+=", $ns skipped"

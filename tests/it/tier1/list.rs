@@ -2,12 +2,10 @@
 //! daemon. Asserts what a script reads from `--json` and what a person reads
 //! in the table. Runs unprivileged.
 
-mod common;
-
 use std::process::Command;
 
-use common::fixture::{machine, Builder, Gpu, Machine, MACHINES};
-use common::harness::{describe, BIN};
+use crate::common::fixture::{machine, Builder, Gpu, Machine, MACHINES};
+use crate::common::harness::{describe, BIN};
 use serde_json::Value;
 
 fn list(m: &Machine, json: bool) -> (Value, String) {

@@ -6,18 +6,14 @@
 //! screenshots are kept in $CARGO_TARGET_TMPDIR/tray-host/ (the README shows
 //! one). sway refuses to run as root, so the session runs as `nobody`.
 
-mod common;
-#[path = "common/desktop.rs"]
-mod desktop;
-
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::fixture::machine;
-use common::harness::{root_or_skip, Env};
-use desktop::*;
+use crate::common::desktop::*;
+use crate::common::fixture::machine;
+use crate::common::harness::{require_root, Env};
 
 const NOBODY: u32 = 65534;
 const ASLEEP: [u8; 3] = [0x2e, 0x9e, 0x4f];
@@ -125,12 +121,13 @@ fn wait_shot(xdg: &Path, keep: &Path, what: &str, ok: impl Fn(&Shot) -> bool) ->
 }
 
 #[test]
+#[ignore = "root"]
 fn waybar_shows_the_icon_and_its_change() {
     let test = "waybar_shows_the_icon_and_its_change";
-    if !root_or_skip(test)
-        || !["dbus-daemon", "sway", "waybar", "grim"]
-            .iter()
-            .all(|p| have(p, test))
+    require_root(test);
+    if !["dbus-daemon", "sway", "waybar", "grim"]
+        .iter()
+        .all(|p| have(p, test))
     {
         return;
     }

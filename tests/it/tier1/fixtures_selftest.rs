@@ -1,11 +1,10 @@
 //! Self-tests of the fixture builder (tests/common/fixture.rs), not of gpuctl's discovery.
-mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use common::fixture::{machine, Builder, Gpu, Machine, MACHINES};
+use crate::common::fixture::{machine, Builder, Gpu, Machine, MACHINES};
 
 fn all() -> impl Iterator<Item = Machine> {
     MACHINES.iter().map(|n| machine(n))

@@ -2,12 +2,10 @@
 //! a fixture copy of such a machine read by `gpuctl list --json` with no
 //! daemon. Runs unprivileged.
 
-mod common;
-
 use std::process::Command;
 
-use common::fixture::{Builder, Func, Gpu, Machine, CLASS_DISPLAY_OTHER, CLASS_HDA};
-use common::harness::{describe, BIN};
+use crate::common::fixture::{Builder, Func, Gpu, Machine, CLASS_DISPLAY_OTHER, CLASS_HDA};
+use crate::common::harness::{describe, BIN};
 use serde_json::{json, Value};
 
 fn list(m: &Machine) -> Vec<Value> {

@@ -2,21 +2,17 @@
 //! Every block is checked by a real open(2) from a process in a test-owned
 //! cgroup: ENXIO means allowed (no driver here), EPERM means blocked.
 
-mod common;
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::fixture::machine;
-use common::harness::{
-    describe, open_in_cgroup, raw_exchange, read_line, root_or_skip, Env, ENXIO, EPERM,
+use crate::common::fixture::machine;
+use crate::common::harness::{
+    describe, open_in_cgroup, raw_exchange, read_line, require_root, Env, ENXIO, EPERM,
 };
 
 macro_rules! root_test {
     () => {
-        if !root_or_skip(module_path!()) {
-            return;
-        }
+        require_root(module_path!())
     };
 }
 
@@ -42,6 +38,7 @@ fn ok(env: &Env, args: &[&str]) -> String {
 }
 
 #[test]
+#[ignore = "root"]
 fn mode_transitions_block_and_allow_real_opens() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -87,6 +84,7 @@ fn mode_transitions_block_and_allow_real_opens() {
 }
 
 #[test]
+#[ignore = "root"]
 fn manual_blocks_persist_across_restart_and_default_is_refused() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -118,6 +116,7 @@ fn manual_blocks_persist_across_restart_and_default_is_refused() {
 }
 
 #[test]
+#[ignore = "root"]
 fn integrated_restored_before_ready_and_sigkill_fails_open() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -135,6 +134,7 @@ fn integrated_restored_before_ready_and_sigkill_fails_open() {
 }
 
 #[test]
+#[ignore = "root"]
 fn display_driving_gpu_needs_force() {
     root_test!();
     // The monitor is plugged into the NVIDIA card; the iGPU is the boot GPU.
@@ -163,6 +163,7 @@ fn display_driving_gpu_needs_force() {
 }
 
 #[test]
+#[ignore = "root"]
 fn mux_laptop_in_dgpu_mode_refuses_integrated() {
     root_test!();
     let mut env = Env::new(machine("mux_dgpu"));
@@ -173,6 +174,7 @@ fn mux_laptop_in_dgpu_mode_refuses_integrated() {
 }
 
 #[test]
+#[ignore = "root"]
 fn non_root_client_reads_but_cannot_change() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -198,6 +200,7 @@ fn non_root_client_reads_but_cannot_change() {
 }
 
 #[test]
+#[ignore = "root"]
 fn bad_clients_get_errors_and_do_not_stall_others() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -247,6 +250,7 @@ fn bad_clients_get_errors_and_do_not_stall_others() {
 }
 
 #[test]
+#[ignore = "root"]
 fn corrupt_state_file_falls_back_to_hybrid() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -272,21 +276,10 @@ fn corrupt_state_file_falls_back_to_hybrid() {
     assert_opens(&env, &DGPU, EPERM, "restarted after recovery");
 }
 
-#[test]
-fn client_without_daemon_exits_3() {
-    let env_dir = std::env::temp_dir().join(format!("gpuctl-nodaemon-{}", std::process::id()));
-    let out = std::process::Command::new(common::harness::BIN)
-        .env("GPUCTL_SOCKET", env_dir.join("none.sock"))
-        .arg("get")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(3), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not running"));
-}
-
 /// A uevent (here: a display plugged into the dGPU) re-plans at once, with
 /// no client request in between.
 #[test]
+#[ignore = "root"]
 fn uevents_replan_without_a_request() {
     root_test!();
     let mut env = Env::new(machine("intel_nvidia"));
@@ -318,36 +311,4 @@ fn uevents_replan_without_a_request() {
     );
     let log = env.stop();
     assert!(log.contains("GPUs changed"), "{log}");
-}
-
-/// A kernel gpuctl cannot enforce on is a permanent condition: the daemon
-/// exits with 78 (EX_CONFIG), which the systemd unit does not restart.
-#[test]
-fn unsupported_kernel_exits_78_instead_of_crash_looping() {
-    let m = machine("intel_nvidia");
-    let dir = m.root().join("d");
-    std::fs::create_dir_all(&dir).unwrap();
-    let run = |args: &[&str]| {
-        std::process::Command::new(common::harness::BIN)
-            .env("GPUCTL_SOCKET", dir.join("s.sock"))
-            .env("GPUCTL_SYSFS_ROOT", m.sysfs())
-            .env("GPUCTL_STATE_DIR", &dir)
-            .env("GPUCTL_CONFIG", dir.join("c.toml"))
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let out = run(&["daemon", "--cgroup", "/nonexistent-cgroup"]);
-    assert_eq!(out.status.code(), Some(78), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("gpuctl doctor"));
-    // The fixture has no BPF LSM in its security/lsm list.
-    let out = run(&["daemon", "--backend", "lsm"]);
-    assert_eq!(out.status.code(), Some(78), "{}", describe(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("lsm="));
-    let unit = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/packaging/systemd/gpuctl.service"
-    ))
-    .unwrap();
-    assert!(unit.contains("RestartPreventExitStatus=78"));
 }

@@ -2,11 +2,9 @@
 //! as a user meets them (`man gpuctl`, `gpuctl set <TAB>`), and the help
 //! text. Runs unprivileged; the groff check runs where groff is installed.
 
-mod common;
-
 use std::process::Command;
 
-use common::harness::{describe, BIN};
+use crate::common::harness::{describe, BIN};
 
 fn run(args: &[&str]) -> String {
     let out = Command::new(BIN).args(args).output().unwrap();

@@ -5,16 +5,13 @@
 //! restarting; `gpuctl watch` prints a line per change. The daemon here is
 //! a scripted protocol peer (tests/common/desktop.rs), so these run without
 //! root and can send what a fixture machine cannot (runtime-PM
-//! transitions); tests/root_desktop.rs drives the real daemon.
-
-#[path = "common/desktop.rs"]
-mod desktop;
+//! transitions); root::desktop drives the real daemon.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use desktop::*;
+use crate::common::desktop::*;
 use serde_json::{json, Value};
 
 struct Setup {
@@ -49,18 +46,7 @@ fn setup(test: &str, config: &str) -> Option<Setup> {
     wait_for("the tray to subscribe to events", 10, || {
         (fake.subscribers() == 1).then_some(())
     });
-    let item = ItemProxyBlocking::builder(&session.conn)
-        .destination(name.clone())
-        .unwrap()
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .unwrap();
-    let menu = MenuProxyBlocking::builder(&session.conn)
-        .destination(name)
-        .unwrap()
-        .cache_properties(zbus::proxy::CacheProperties::No)
-        .build()
-        .unwrap();
+    let (item, menu) = session.tray_proxies(&name);
     wait_for("the first state", 10, || {
         (item.title().ok()? == "gpuctl: hybrid mode, dGPU asleep").then_some(())
     });

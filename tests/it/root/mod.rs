@@ -1,0 +1,13 @@
+//! Tier 2: the daemon and its BPF programs on this kernel, as root. Every
+//! test here carries `#[ignore = "root"]` and calls `require_root`
+//! (tests/common/harness.rs), which fails it when it is run without root.
+
+mod auto;
+mod daemon;
+mod desktop;
+mod envgrant;
+mod hostile;
+mod power;
+mod smart;
+mod tray_host;
+mod who;
