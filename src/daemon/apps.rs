@@ -8,9 +8,9 @@
 
 use std::os::unix::fs::OpenOptionsExt;
 
+use crate::proto::data::{AppChanged, AppEntry, AppsData};
 use anyhow::{Context, Result};
 use nix::sys::inotify::AddWatchFlags;
-use serde_json::{json, Value};
 
 use super::server::Server;
 use super::{state, Daemon};
@@ -154,16 +154,18 @@ impl Daemon {
         gpu: Option<&str>,
     ) -> Response {
         if action == AppAction::List {
-            let apps: Vec<Value> = self
+            let apps: Vec<AppEntry> = self
                 .choice
                 .apps
                 .iter()
-                .map(|(p, r)| {
-                    json!({"path": p, "allow": r.allow, "gpu": r.gpu,
-                           "error": self.app_errors.get(p)})
+                .map(|(p, r)| AppEntry {
+                    path: p.clone(),
+                    allow: r.allow,
+                    gpu: r.gpu,
+                    error: self.app_errors.get(p).cloned(),
                 })
                 .collect();
-            return Response::ok(json!({ "apps": apps }));
+            return Response::with(&AppsData { apps });
         }
         let Some(path) = path else {
             return Response::err(Code::BadRequest, "app allow/deny/forget need a PATH");
@@ -215,7 +217,7 @@ impl Daemon {
             return Response::err(Code::Internal, format!("{e:#}"));
         }
         self.choice = choice;
-        Response::ok(json!({ "path": canon, "note": note }))
+        Response::with(&AppChanged { path: canon, note })
     }
 }
 

@@ -28,9 +28,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::proto::data::{AutoData, AutoRules};
+use crate::proto::event::{Event, ModeEvent};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use super::{state, Daemon};
 use crate::automation::{self, Inputs, Power, Why};
@@ -72,7 +73,7 @@ pub struct Auto {
     /// Readable after a clock set or a resume; `None` if refused.
     clock: Option<OwnedFd>,
     /// `mode` events for subscribers, sent by the loop.
-    pub outbox: Vec<Value>,
+    pub outbox: Vec<Event>,
     pub save_error: Option<String>,
 }
 
@@ -372,12 +373,11 @@ impl Daemon {
                 "what it blocks before READY".into()
             }
         );
-        self.auto.outbox.push(json!({
-            "event": "mode",
-            "mode": mode,
-            "reason": "auto",
-            "detail": d.why.to_string(),
-            "trigger": trigger,
+        self.auto.outbox.push(Event::Mode(ModeEvent {
+            mode,
+            reason: "auto".into(),
+            detail: Some(d.why.to_string()),
+            trigger: Some(trigger.to_string()),
         }));
     }
 
@@ -389,11 +389,14 @@ impl Daemon {
             self.auto.why = Some(Why::Manual);
             self.auto.save();
         }
-        self.auto.outbox.push(json!({
-            "event": "mode",
-            "mode": self.choice.mode,
-            "reason": "manual",
-            "detail": format!("gpuctl set/block/unblock; blocking {}", super::describe_blocked(&self.plan)),
+        self.auto.outbox.push(Event::Mode(ModeEvent {
+            mode: self.choice.mode,
+            reason: "manual".into(),
+            detail: Some(format!(
+                "gpuctl set/block/unblock; blocking {}",
+                super::describe_blocked(&self.plan)
+            )),
+            trigger: None,
         }));
     }
 
@@ -430,28 +433,28 @@ impl Daemon {
         if let Some(e) = &self.auto.save_error {
             return Response::err(Code::Internal, format!("automation state not saved: {e}"));
         }
-        Response::ok(self.auto_json())
+        Response::with(&self.auto_json())
     }
 
     /// The automation part of `status` and `auto status`.
-    pub(super) fn auto_json(&self) -> Value {
+    pub(super) fn auto_json(&self) -> AutoData {
         let rules = &self.config.auto;
-        json!({
-            "active": rules.any() && self.auto.enabled,
-            "enabled": self.auto.enabled,
-            "rules": {
-                "on_battery": rules.on_battery,
-                "on_ac": rules.on_ac,
-                "external_display": rules.external_display,
+        AutoData {
+            active: rules.any() && self.auto.enabled,
+            enabled: self.auto.enabled,
+            rules: AutoRules {
+                on_battery: rules.on_battery,
+                on_ac: rules.on_ac,
+                external_display: rules.external_display,
             },
-            "power": self.auto.power,
-            "since": self.auto.since.map(unix_secs),
-            "manual_override": self.auto.overridden,
-            "pending": self.auto.settle.is_some(),
-            "mode": self.choice.mode,
-            "why": self.auto.why.as_ref().map(|w| w.to_string()),
-            "resume_watch": self.auto.clock.is_some(),
-        })
+            power: self.auto.power,
+            since: self.auto.since.map(unix_secs),
+            manual_override: self.auto.overridden,
+            pending: self.auto.settle.is_some(),
+            mode: self.choice.mode,
+            why: self.auto.why.as_ref().map(|w| w.to_string()),
+            resume_watch: self.auto.clock.is_some(),
+        }
     }
 
     /// After a plan change: a GPU that was blocked, is not any more, and

@@ -23,12 +23,13 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::auth::{self, Peer};
 use super::Daemon;
 use crate::bpf::{self, Grant, GrantHow};
 use crate::policy::Mode;
+use crate::proto::data::{GrantGpus, GrantView};
+use crate::proto::redact::{withhold, Viewer};
 use crate::proto::{Code, Response};
 use crate::safefile::{self, ReadError};
 
@@ -325,33 +326,33 @@ impl Daemon {
 
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
-    pub(super) fn grants_view(
-        &mut self,
-        viewer: Option<&Peer>,
-        privileged: bool,
-    ) -> serde_json::Value {
+    pub(super) fn grants_view(&mut self, viewer: Viewer) -> (Vec<GrantView>, u64) {
         let mut live = self.sweep_grants();
         live.sort_by_key(|(g, _)| g.pid);
-        let mut hidden = 0;
-        let shown: Vec<serde_json::Value> = live
-            .into_iter()
-            .filter(|(_, uid)| {
-                let ok = privileged || viewer.is_some_and(|v| Some(v.uid) == *uid);
-                hidden += usize::from(!ok);
-                ok
-            })
-            .map(|(g, uid)| {
-                let comm = std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
-                    .map(|c| c.trim().to_string())
-                    .ok();
-                let gpus: Vec<u32> = (0..bpf::MAX_GPUS)
-                    .filter(|i| g.gpus & (1 << i) != 0)
-                    .collect();
-                json!({"pid": g.pid, "comm": comm, "uid": uid, "how": g.how, "only": g.only,
-                       "gpus": if g.gpus == u32::MAX { json!("all") } else { json!(gpus) }})
-            })
-            .collect();
-        json!({ "shown": shown, "hidden": hidden })
+        let views = live.into_iter().map(|(g, uid)| GrantView {
+            pid: g.pid,
+            comm: None,
+            uid,
+            how: Some(g.how),
+            only: g.only,
+            gpus: if g.gpus == u32::MAX {
+                GrantGpus::All
+            } else {
+                GrantGpus::Ids(
+                    (0..bpf::MAX_GPUS)
+                        .filter(|i| g.gpus & (1 << i) != 0)
+                        .collect(),
+                )
+            },
+        });
+        // The command name is read only for the grants shown.
+        let (mut shown, hidden) = withhold(views.collect(), viewer);
+        for v in &mut shown {
+            v.comm = std::fs::read_to_string(format!("/proc/{}/comm", v.pid))
+                .map(|c| c.trim().to_string())
+                .ok();
+        }
+        (shown, hidden)
     }
 }
 

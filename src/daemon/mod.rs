@@ -20,12 +20,18 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::inotify::{InitFlags, Inotify, WatchDescriptor};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::bpf::{self, Backend, Enforcer};
 use crate::gpu::{self, Inventory, Roots};
 use crate::policy::{self, Choice, ManualBlock, Mode, Plan};
 use crate::procs;
+use crate::proto::data::{
+    ConfigData, ConfigOne, DaemonInfo, GrantData, ListData, ListGpu, ModeData, PingData,
+    StatusData, StatusGpu, Subscribed, WhoData, SCHEMA,
+};
+use crate::proto::event::{Denied, Event};
+use crate::proto::redact::{withhold, Viewer};
 use crate::proto::{Code, Request, Response};
 use auth::Peer;
 use config::Config;
@@ -286,11 +292,11 @@ fn describe_blocked(plan: &Plan) -> String {
 }
 
 /// Who sees other users' processes in power reports (power.rs).
-fn viewer(c: &Conn) -> power::Viewer {
+fn viewer(c: &Conn) -> Viewer {
     if c.privileged {
-        None
+        Viewer::ALL
     } else {
-        Some(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
+        Viewer::user(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
     }
 }
 
@@ -389,29 +395,22 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
         }
         d.auto_tick(Instant::now());
         if first_conn > power_at && !revents[power_at].is_empty() {
-            for line in d.power.on_ready() {
-                server.broadcast(&|c: &Conn| {
-                    let mut v = line.clone();
-                    power::redact_wake(&mut v, viewer(c));
-                    Some(v)
-                });
+            for e in d.power.on_ready() {
+                server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
             }
         }
         if power_at > events_at && !revents[events_at].is_empty() {
             for e in d.enforcer.drain_events() {
                 // Other users' pids and command names only to root and the
                 // group; a plain user sees their own, and the count.
-                server.broadcast(&|c: &Conn| {
-                    let mine = c.privileged || c.peer.as_ref().is_some_and(|p| p.uid == e.uid);
-                    Some(json!({
-                        "event": "denied",
-                        "pid": mine.then_some(e.pid),
-                        "comm": mine.then_some(e.comm.as_str()),
-                        "uid": mine.then_some(e.uid),
-                        "gpu": e.gpu,
-                        "node": e.node,
-                    }))
+                let ev = Event::Denied(Denied {
+                    pid: Some(e.pid),
+                    comm: Some(e.comm.clone()),
+                    uid: Some(e.uid),
+                    gpu: e.gpu,
+                    node: Some(e.node),
                 });
+                server.broadcast(&|c: &Conn| Some(ev.clone().for_viewer(viewer(c)).to_value()));
             }
         }
         // Existing clients first (their indexes match `revents`), then new ones.
@@ -426,7 +425,7 @@ fn event_loop(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Result<()>
             server.accept(now, &|p: &Peer| p.may_change(gid));
         }
         for e in std::mem::take(&mut d.auto.outbox) {
-            server.broadcast(&|_: &Conn| Some(e.clone()));
+            server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
         }
         d.announce(server);
         d.persist();
@@ -521,7 +520,7 @@ impl Daemon {
         self.nudge_compositors(&before.blocked);
         self.note = None;
         self.dirty = true;
-        Response::ok(self.mode_json())
+        Response::with(&self.mode_json())
     }
 
     /// Saves the choice if a change is not saved yet. Runs after responses
@@ -611,12 +610,12 @@ impl Daemon {
             self.refresh();
         }
         let resp = match &req {
-            Request::Ping {} => Response::ok(json!({
-                "pid": std::process::id(),
-                "version": env!("CARGO_PKG_VERSION"),
-            })),
-            Request::List {} => Response::ok(self.list_json(viewer(conn))),
-            Request::Get {} => Response::ok(self.mode_json()),
+            Request::Ping {} => Response::with(&PingData {
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+            }),
+            Request::List {} => Response::with(&self.list_json(viewer(conn))),
+            Request::Get {} => Response::with(&self.mode_json()),
             Request::Status {} => self.status(conn),
             Request::Who { gpu } => self.who(gpu.as_deref(), conn),
             Request::Set { mode, force } => match mode.parse::<Mode>() {
@@ -640,13 +639,13 @@ impl Daemon {
                     .power
                     .wakes_json(&self.inventory, gpu.as_deref(), viewer(conn))
                 {
-                    Ok(v) => Response::ok(v),
+                    Ok(v) => Response::with(&v),
                     Err(e) => Response::err(Code::UnknownGpu, e),
                 }
             }
             Request::Auto { action } => self.auto_request(*action),
             Request::Events {} => match self.enforcer.set_events(true) {
-                Ok(()) => Response::ok(json!({ "subscribed": true })),
+                Ok(()) => Response::with(&Subscribed { subscribed: true }),
                 Err(e) => Response::err(Code::Internal, format!("{e:#}")),
             },
         };
@@ -776,26 +775,38 @@ impl Daemon {
         };
         // The environment `gpuctl run` execs with: the loaders' offload
         // variables for this GPU (with several NVIDIA GPUs, the provider).
-        let env: serde_json::Map<String, serde_json::Value> = gpu
+        let env = gpu
             .offload_env(&self.inventory)
             .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
+            .map(|(k, v)| (k.to_string(), v))
             .collect();
-        Response::ok(
-            json!({ "granted": granted, "mode": self.choice.mode, "gpu": gpu, "env": env }),
-        )
+        Response::with(&GrantData {
+            granted,
+            mode: self.choice.mode,
+            gpu: Some(gpu),
+            env: Some(crate::proto::data::EnvVars(env)),
+        })
     }
 
     /// `gpuctl config [KEY [VALUE]]`. Setting edits the file (comments
     /// kept), writes it atomically, and applies what can change live.
     fn config_req(&mut self, key: Option<&str>, value: Option<&str>) -> Response {
-        let all = self.config.to_json();
+        let all = match self.config.to_json() {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
         let Some(key) = key else {
-            return Response::ok(json!({ "path": self.config_path, "config": all }));
+            return Response::with(&ConfigData::All {
+                path: self.config_path.clone(),
+                config: all,
+            });
         };
         let Some(value) = value else {
             return match all.get(key) {
-                Some(v) => Response::ok(json!({ "key": key, "value": v })),
+                Some(v) => Response::with(&ConfigData::One(ConfigOne {
+                    key: key.to_string(),
+                    value: v.clone(),
+                })),
                 None => Response::err(
                     Code::BadRequest,
                     format!("unknown key {key:?} (keys: {})", config::KEYS.join(", ")),
@@ -841,16 +852,25 @@ impl Daemon {
         if rules_changed {
             self.auto_config_changed();
         }
-        Response::ok(json!({ "key": key, "value": self.config.to_json()[key], "note": note }))
+        Response::with(&ConfigData::Set {
+            key: key.to_string(),
+            value: self
+                .config
+                .to_json()
+                .get(key)
+                .cloned()
+                .unwrap_or(Value::Null),
+            note: note.map(str::to_string),
+        })
     }
 
-    fn mode_json(&self) -> Value {
-        json!({
-            "mode": self.choice.mode,
-            "force": self.choice.force,
-            "blocked": self.plan.blocked,
-            "note": self.note,
-        })
+    fn mode_json(&self) -> ModeData {
+        ModeData {
+            mode: self.choice.mode,
+            force: self.choice.force,
+            blocked: self.plan.blocked.iter().copied().collect(),
+            note: self.note.clone(),
+        }
     }
 
     fn gpus_with_blocked(&self) -> Vec<gpu::Gpu> {
@@ -861,19 +881,22 @@ impl Daemon {
         gpus
     }
 
-    fn list_json(&mut self, viewer: power::Viewer) -> Value {
-        let mut gpus: Vec<Value> = self
+    fn list_json(&mut self, viewer: Viewer) -> ListData {
+        let mut gpus: Vec<ListGpu> = self
             .gpus_with_blocked()
-            .iter()
-            .filter_map(|g| serde_json::to_value(g).ok())
+            .into_iter()
+            .map(|gpu| ListGpu {
+                gpu,
+                runtime_pm: None,
+            })
             .collect();
-        self.power.annotate(&mut gpus, viewer);
-        json!({
-            "schema": 1,
-            "mode": self.choice.mode,
-            "backend": self.enforcer.backend(),
-            "gpus": gpus,
-        })
+        self.power.annotate_list(&mut gpus, viewer);
+        ListData {
+            schema: SCHEMA,
+            mode: Some(self.choice.mode),
+            backend: Some(self.enforcer.backend()),
+            gpus,
+        }
     }
 
     /// Watches the offload GPUs' runtime PM (power.rs); never fatal.
@@ -884,63 +907,63 @@ impl Daemon {
     }
 
     fn status(&mut self, conn: &Conn) -> Response {
-        let grants = self.grants_view(conn.peer.as_ref(), conn.privileged);
+        let (grants, grants_hidden) = self.grants_view(viewer(conn));
         let grants_full = self.enforcer.grants_full().unwrap_or(0);
         let denied = match self.enforcer.denied_counts() {
             Ok(d) => d,
             Err(e) => return Response::err(Code::Internal, format!("{e:#}")),
         };
-        let mut gpus: Vec<Value> = self
+        let mut gpus: Vec<StatusGpu> = self
             .gpus_with_blocked()
             .into_iter()
-            .map(|g| {
-                json!({
-                    "id": g.id,
-                    "pci": g.pci,
-                    "name": g.name,
-                    "default": g.default,
-                    "blocked": g.blocked,
-                    "power_state": g.power_state,
-                    "runtime_status": g.runtime_status,
-                    "denied_opens": denied.get(g.id as usize).copied().unwrap_or(0),
-                })
+            .map(|g| StatusGpu {
+                id: g.id,
+                pci: Some(g.pci),
+                name: g.name,
+                default: g.default,
+                blocked: g.blocked,
+                power_state: g.power_state,
+                runtime_status: g.runtime_status,
+                denied_opens: denied.get(g.id as usize).copied().unwrap_or(0),
+                runtime_pm: None,
             })
             .collect();
-        self.power.annotate(&mut gpus, viewer(conn));
-        Response::ok(json!({
-            "schema": 1,
-            "daemon": {
-                "pid": std::process::id(),
-                "version": env!("CARGO_PKG_VERSION"),
-                "uptime_s": self.started.elapsed().as_secs(),
+        self.power.annotate_status(&mut gpus, viewer(conn));
+        let backend = self.enforcer.backend();
+        Response::with(&StatusData {
+            schema: SCHEMA,
+            daemon: DaemonInfo {
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                uptime_s: self.started.elapsed().as_secs(),
             },
-            "backend": self.enforcer.backend(),
-            "backend_limits": self.enforcer.backend().limits(),
-            "cgroup": self.enforcer.cgroup_path(),
-            "smart_hooks": self.enforcer.smart_attached(),
-            "events": self.enforcer.events_fd().is_some(),
-            "attached": self.enforcer.attached(),
-            "mode": self.choice.mode,
-            "force": self.choice.force,
-            "note": self.note,
-            "modes": push::modes(&self.inventory, &self.choice),
-            "may_change": conn.privileged,
-            "auto": self.auto_json(),
-            "state_not_saved": self.save_error,
-            "grants": grants["shown"],
-            "grants_hidden": grants["hidden"],
-            "grants_refused_map_full": grants_full,
-            "env_grants": self.config.env_grants,
-            "blocked_nodes": self
+            backend: Some(backend),
+            backend_limits: backend.limits().to_string(),
+            cgroup: self.enforcer.cgroup_path().map(|p| p.to_path_buf()),
+            smart_hooks: self.enforcer.smart_attached(),
+            events: self.enforcer.events_fd().is_some(),
+            attached: self.enforcer.attached(),
+            mode: self.choice.mode,
+            force: self.choice.force,
+            note: self.note.clone(),
+            modes: push::modes(&self.inventory, &self.choice),
+            may_change: conn.privileged,
+            auto: Some(self.auto_json()),
+            state_not_saved: self.save_error.clone(),
+            grants,
+            grants_hidden,
+            grants_refused_map_full: grants_full,
+            env_grants: self.config.env_grants,
+            blocked_nodes: self
                 .plan
                 .nodes
                 .iter()
                 .filter(|(_, r)| r.flags & policy::RULE_ONLY_HIDE == 0)
                 .map(|(d, _)| *d)
-                .collect::<Vec<_>>(),
-            "gpus": gpus,
-            "power_monitor": self.power.status_json(),
-        }))
+                .collect(),
+            gpus,
+            power_monitor: Some(self.power.status_json()),
+        })
     }
 
     /// `who`: processes holding GPU nodes open. Every holder to root and
@@ -969,16 +992,17 @@ impl Daemon {
             .as_ref()
             .map(|(_, h)| h.as_slice())
             .unwrap_or(&[]);
-        let viewer = conn.peer.as_ref().map(|p| p.uid);
-        let (mut holders, mut hidden) = (Vec::new(), 0);
-        for h in all.iter().filter(|h| only.is_none_or(|o| o == h.gpu)) {
-            if conn.privileged || viewer == Some(h.uid) {
-                holders.push(h.clone());
-            } else {
-                hidden += 1;
-            }
-        }
-        Response::ok(json!({ "holders": holders, "hidden": hidden }))
+        let (holders, hidden) = withhold(
+            all.iter()
+                .filter(|h| only.is_none_or(|o| o == h.gpu))
+                .cloned()
+                .collect(),
+            viewer(conn),
+        );
+        Response::with(&WhoData {
+            holders,
+            hidden: Some(hidden),
+        })
     }
 
     /// Watches the socket's directory, so a deleted socket file is noticed

@@ -11,12 +11,8 @@
 //!
 //! The JSON of each is documented in `docs/PROTOCOL.md`.
 
-// The daemon builds these in the next commit.
-#[allow(dead_code)]
 pub mod data;
-#[allow(dead_code)]
 pub mod event;
-#[allow(dead_code)]
 pub mod redact;
 
 use serde::de::DeserializeOwned;
@@ -170,7 +166,6 @@ impl Response {
     }
 
     /// A success carrying a typed payload.
-    #[allow(dead_code)]
     pub fn with<T: Serialize>(data: &T) -> Self {
         match serde_json::to_value(data) {
             Ok(v) => Response::ok(v),
