@@ -721,7 +721,6 @@ impl Withheld for Holder {
 }
 
 #[cfg(test)]
-#[allow(dead_code)] // the golden test (next commit)
 /// Every documented payload type, by the name `docs/PROTOCOL.md` gives
 /// its examples: parses `json` as that type and writes it back (the
 /// golden test compares the two).

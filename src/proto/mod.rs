@@ -13,6 +13,8 @@
 
 pub mod data;
 pub mod event;
+#[cfg(test)]
+mod golden;
 pub mod redact;
 
 use serde::de::DeserializeOwned;
