@@ -252,10 +252,7 @@ fn config_cmd(
             if let Some(w) = warn {
                 eprintln!("gpuctl: {w}");
             }
-            let all = match cfg.to_json() {
-                Value::Object(m) => m,
-                _ => serde_json::Map::new(),
-            };
+            let all = cfg.to_json();
             let data = match &key {
                 None => ConfigData::All {
                     path: file.to_path_buf(),

@@ -791,10 +791,7 @@ impl Daemon {
     /// `gpuctl config [KEY [VALUE]]`. Setting edits the file (comments
     /// kept), writes it atomically, and applies what can change live.
     fn config_req(&mut self, key: Option<&str>, value: Option<&str>) -> Response {
-        let all = match self.config.to_json() {
-            Value::Object(m) => m,
-            _ => serde_json::Map::new(),
-        };
+        let all = self.config.to_json();
         let Some(key) = key else {
             return Response::with(&ConfigData::All {
                 path: self.config_path.clone(),
