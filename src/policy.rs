@@ -181,7 +181,11 @@ pub fn protect_reason(gpu: &Gpu, force: bool) -> Option<String> {
 /// the mode makes no sense on this machine, or when a GPU it would block is
 /// protected and `force` was not given.
 pub fn check(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
-    let plan = plan(inv, choice)?;
+    refuse_skips(plan(inv, choice)?)
+}
+
+/// [`check`]'s rule on a plan already made: a GPU it skips refuses it.
+pub fn refuse_skips(plan: Plan) -> Result<Plan, Refusal> {
     match plan.skipped.first() {
         Some(skip) => Err(Refusal(format!("refused: {}", skip.reason))),
         None => Ok(plan),

@@ -6,54 +6,77 @@
 //! by a package upgrade (a new inode renamed over the path) is re-resolved
 //! without polling.
 
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
 
-use crate::proto::data::{AppChanged, AppEntry, AppsData};
+use crate::proto::data::{AppEntry, AppsData};
 use anyhow::{Context, Result};
-use nix::sys::inotify::AddWatchFlags;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
-use super::server::Server;
-use super::{state, Daemon};
-use crate::policy::AppRule;
-use crate::proto::{AppAction, Code, Response};
+use super::core::Core;
+use super::log::log;
+use crate::bpf::Enforcer;
+use crate::gpu::{self, Inventory};
+use crate::policy::{AppRule, Choice};
 
-impl Daemon {
+/// The app rules' kernel side: what each rule is installed under, why one
+/// is not in force, and the inotify watches that notice a replaced file
+/// (the socket's directory is watched by the same instance). The rules
+/// themselves are part of the choice, in [`Core`].
+pub struct Apps {
+    /// Why an app rule is not in force, by path.
+    errors: BTreeMap<String, String>,
+    /// The kernel identity each app rule is installed under, by path.
+    ids: BTreeMap<String, gpu::FileId>,
+    /// Watches the directories of app-rule executables, so a replaced file
+    /// (a package upgrade renames a new inode over it) is re-resolved.
+    inotify: Inotify,
+    watches: BTreeMap<WatchDescriptor, PathBuf>,
+    /// The inotify watch on the socket's directory.
+    socket_watch: Option<WatchDescriptor>,
+}
+
+impl Apps {
+    pub fn new() -> Result<Apps> {
+        Ok(Apps {
+            errors: BTreeMap::new(),
+            ids: BTreeMap::new(),
+            inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+                .context("creating the inotify instance")?,
+            watches: BTreeMap::new(),
+            socket_watch: None,
+        })
+    }
+
+    /// The inotify fd, for the poll set.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+
     /// Loads every saved app rule into the kernel, resolving each path to
     /// the kernel's identity of the file. A path that cannot be resolved
     /// (not installed yet, removed) is kept and reported, not dropped.
-    pub(super) fn load_apps(&mut self) {
-        let apps = self.choice.apps.clone();
+    pub fn load(&mut self, core: &mut Core) {
+        let apps = core.choice().apps.clone();
         for (path, rule) in &apps {
-            match self.install_app(path, rule) {
+            match self.install(core, path, rule) {
                 Ok(_) => {
-                    self.app_errors.remove(path);
+                    self.errors.remove(path);
                 }
                 Err(e) => {
                     log!("app rule for {path} not in force: {e:#}");
-                    self.app_errors.insert(path.clone(), format!("{e:#}"));
+                    self.errors.insert(path.clone(), format!("{e:#}"));
                 }
             }
         }
     }
 
-    fn app_mask(&self, rule: &AppRule) -> u32 {
-        match rule
-            .gpu
-            .and_then(|pci| self.inventory.gpus.iter().find(|g| g.pci == pci))
-        {
-            Some(g) => 1 << g.id,
-            None => self
-                .inventory
-                .gpus
-                .iter()
-                .filter(|g| g.offload)
-                .fold(0, |m, g| m | 1 << g.id),
-        }
-    }
-
     /// Installs the rule under the kernel's identity of `path`; returns the
     /// O_PATH handle of exactly the file that was installed.
-    fn install_app(&mut self, path: &str, rule: &AppRule) -> Result<std::fs::File> {
+    fn install(&mut self, core: &mut Core, path: &str, rule: &AppRule) -> Result<std::fs::File> {
         self.watch_dir_of(path);
         // O_PATH: never blocks (a FIFO would stall the loop on a plain
         // open) and reads nothing; the kernel still knows the inode.
@@ -66,11 +89,49 @@ impl Daemon {
         if !meta.is_file() {
             anyhow::bail!("{path} is not a regular file (an executable is needed)");
         }
-        let id = self.enforcer.kernel_file_id(&f)?;
-        let mask = self.app_mask(rule);
-        self.enforcer.set_app(id, Some((mask, rule.allow)))?;
-        self.app_ids.insert(path.to_string(), id);
+        let id = core.enforcer.kernel_file_id(&f)?;
+        let mask = app_mask(core.inventory(), rule);
+        core.enforcer.set_app(id, Some((mask, rule.allow)))?;
+        self.ids.insert(path.to_string(), id);
         Ok(f)
+    }
+
+    /// Takes the rule for `path` out of the kernel (if it is in) and
+    /// installs `rule` instead; returns the file it was installed for.
+    pub fn replace(
+        &mut self,
+        core: &mut Core,
+        path: &str,
+        rule: &AppRule,
+    ) -> Result<std::fs::File> {
+        if let Some(old) = self.ids.remove(path) {
+            let _ = core.enforcer.set_app(old, None);
+        }
+        self.install(core, path, rule)
+    }
+
+    /// Takes the rule for `path` out of the kernel and forgets its error.
+    pub fn forget(&mut self, enforcer: &Enforcer, path: &str) -> Result<()> {
+        if let Some(id) = self.ids.remove(path) {
+            enforcer.set_app(id, None)?;
+        }
+        self.errors.remove(path);
+        Ok(())
+    }
+
+    /// `app list`: every rule of `choice`, with why it is not in force.
+    pub fn list_json(&self, choice: &Choice) -> AppsData {
+        let apps: Vec<AppEntry> = choice
+            .apps
+            .iter()
+            .map(|(p, r)| AppEntry {
+                path: p.clone(),
+                allow: r.allow,
+                gpu: r.gpu,
+                error: self.errors.get(p).cloned(),
+            })
+            .collect();
+        AppsData { apps }
     }
 
     /// Watches the directory holding `path` (once per directory).
@@ -99,125 +160,77 @@ impl Daemon {
         }
     }
 
-    /// Re-resolves the app rules whose file changed in a watched directory;
-    /// re-creates the socket if its file was deleted.
-    pub(super) fn on_inotify(&mut self, server: &mut Server) {
-        let Ok(events) = self.inotify.read_events() else {
+    /// Watches the socket's directory, so a deleted socket file is noticed
+    /// (and re-created) at once, without polling.
+    pub fn watch_socket_dir(&mut self, socket: &Path) {
+        let Some(dir) = socket.parent() else {
             return;
         };
+        // IN_MASK_ADD: an app rule's directory may be the same one.
+        let mask = AddWatchFlags::IN_DELETE
+            | AddWatchFlags::IN_MOVED_FROM
+            | AddWatchFlags::from_bits_retain(libc::IN_MASK_ADD);
+        match self.inotify.add_watch(dir, mask) {
+            Ok(wd) => self.socket_watch = Some(wd),
+            Err(e) => log!(
+                "cannot watch {} (a deleted socket will not be re-created): {e}",
+                dir.display()
+            ),
+        }
+    }
+
+    /// Re-resolves the app rules whose file changed in a watched directory.
+    /// Returns true if the socket's file (named `socket`) was deleted or
+    /// moved away: the caller re-creates it if it is gone.
+    pub fn on_inotify(&mut self, core: &mut Core, socket: Option<&OsStr>) -> bool {
+        let Ok(events) = self.inotify.read_events() else {
+            return false;
+        };
+        let mut socket_touched = false;
         let mut touched = Vec::new();
         for ev in events {
-            if Some(ev.wd) == self.socket_watch
-                && ev.name.as_deref() == server.path().file_name()
-                && !server.socket_present()
-            {
-                match server.rebind() {
-                    Ok(()) => log!(
-                        "the socket {} was removed; listening on a new one",
-                        server.path().display()
-                    ),
-                    Err(e) => log!("re-creating the socket failed: {e:#}"),
-                }
+            if Some(ev.wd) == self.socket_watch && ev.name.as_deref() == socket {
+                socket_touched = true;
             }
             let (Some(dir), Some(name)) = (self.watches.get(&ev.wd), ev.name) else {
                 continue;
             };
             let path = dir.join(name).to_string_lossy().into_owned();
-            if self.choice.apps.contains_key(&path) && !touched.contains(&path) {
+            if core.choice().apps.contains_key(&path) && !touched.contains(&path) {
                 touched.push(path);
             }
         }
         for path in touched {
-            let Some(rule) = self.choice.apps.get(&path).cloned() else {
+            let Some(rule) = core.choice().apps.get(&path).cloned() else {
                 continue;
             };
-            if let Some(old) = self.app_ids.remove(&path) {
-                let _ = self.enforcer.set_app(old, None);
-            }
-            match self.install_app(&path, &rule) {
+            match self.replace(core, &path, &rule) {
                 Ok(_) => {
-                    self.app_errors.remove(&path);
+                    self.errors.remove(&path);
                     log!("app rule for {path} re-resolved (the file was replaced)");
                 }
                 Err(e) => {
-                    self.app_errors.insert(path.clone(), format!("{e:#}"));
+                    self.errors.insert(path.clone(), format!("{e:#}"));
                     log!("app rule for {path} not in force: {e:#}");
                 }
             }
         }
+        socket_touched
     }
+}
 
-    pub(super) fn app(
-        &mut self,
-        action: AppAction,
-        path: Option<&str>,
-        gpu: Option<&str>,
-    ) -> Response {
-        if action == AppAction::List {
-            let apps: Vec<AppEntry> = self
-                .choice
-                .apps
-                .iter()
-                .map(|(p, r)| AppEntry {
-                    path: p.clone(),
-                    allow: r.allow,
-                    gpu: r.gpu,
-                    error: self.app_errors.get(p).cloned(),
-                })
-                .collect();
-            return Response::with(&AppsData { apps });
-        }
-        let Some(path) = path else {
-            return Response::err(Code::BadRequest, "app allow/deny/forget need a PATH");
-        };
-        let canon = match std::fs::canonicalize(path) {
-            Ok(c) => c.to_string_lossy().into_owned(),
-            Err(_) if action == AppAction::Forget => path.to_string(),
-            Err(e) => return Response::err(Code::BadRequest, format!("{path}: {e}")),
-        };
-        let mut choice = self.choice.clone();
-        let mut note = None;
-        match action {
-            AppAction::Forget => {
-                if choice.apps.remove(&canon).is_none() {
-                    return Response::err(Code::BadRequest, format!("no app rule for {canon}"));
-                }
-                if let Some(id) = self.app_ids.remove(&canon) {
-                    if let Err(e) = self.enforcer.set_app(id, None) {
-                        return Response::err(Code::Internal, format!("{e:#}"));
-                    }
-                }
-                self.app_errors.remove(&canon);
-            }
-            AppAction::Allow | AppAction::Deny => {
-                let gpu = match gpu.map(|g| self.inventory.find(g)) {
-                    Some(Ok(g)) => Some(g.pci),
-                    Some(Err(e)) => return Response::err(Code::UnknownGpu, e),
-                    None => None,
-                };
-                let rule = AppRule {
-                    allow: action == AppAction::Allow,
-                    gpu,
-                };
-                if let Some(old) = self.app_ids.remove(&canon) {
-                    let _ = self.enforcer.set_app(old, None);
-                }
-                let file = match self.install_app(&canon, &rule) {
-                    Ok(f) => f,
-                    Err(e) => return Response::err(Code::BadRequest, format!("{e:#}")),
-                };
-                note = script_note(&canon, &file);
-                choice.apps.insert(canon.clone(), rule);
-            }
-            AppAction::List => {
-                return Response::err(Code::Internal, "app list reached the edit path")
-            }
-        }
-        if let Err(e) = state::save(&self.state_path, &choice) {
-            return Response::err(Code::Internal, format!("{e:#}"));
-        }
-        self.choice = choice;
-        Response::with(&AppChanged { path: canon, note })
+/// The GPUs a rule is about: its GPU, or every offload GPU.
+fn app_mask(inv: &Inventory, rule: &AppRule) -> u32 {
+    match rule
+        .gpu
+        .and_then(|pci| inv.gpus.iter().find(|g| g.pci == pci))
+    {
+        Some(g) => 1 << g.id,
+        None => inv
+            .gpus
+            .iter()
+            .filter(|g| g.offload)
+            .fold(0, |m, g| m | 1 << g.id),
     }
 }
 
@@ -226,7 +239,7 @@ impl Daemon {
 /// the rule was installed for (re-opened through its O_PATH handle, never
 /// by path: a FIFO swapped in at the path meanwhile must not hang the
 /// daemon), without blocking, and only if it is a regular file.
-fn script_note(path: &str, file: &std::fs::File) -> Option<String> {
+pub fn script_note(path: &str, file: &std::fs::File) -> Option<String> {
     use std::os::fd::AsRawFd;
     let mut head = [0u8; 256];
     let fdpath = format!("/proc/self/fd/{}", file.as_raw_fd());

@@ -33,10 +33,12 @@ use crate::proto::event::{Event, ModeEvent};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{state, Daemon};
-use crate::automation::{self, Inputs, Power, Why};
+use super::core::Core;
+use super::log::log;
+use super::state;
+use crate::automation::{self, Inputs, Power, Rules, Why};
+use crate::gpu::Inventory;
 use crate::policy::{self, Choice, Mode};
-use crate::proto::{AutoAction, Code, Response};
 use crate::safefile::{self, ReadError};
 
 /// A burst of power events is over when none came for this long.
@@ -60,8 +62,8 @@ struct AutoFile {
 
 pub struct Auto {
     path: PathBuf,
-    pub enabled: bool,
-    pub overridden: bool,
+    enabled: bool,
+    overridden: bool,
     /// The power source last read (`None` before the first read).
     power: Option<Power>,
     /// When the power source last changed (or the daemon started).
@@ -73,16 +75,23 @@ pub struct Auto {
     /// Readable after a clock set or a resume; `None` if refused.
     clock: Option<OwnedFd>,
     /// `mode` events for subscribers, sent by the loop.
-    pub outbox: Vec<Event>,
-    pub save_error: Option<String>,
+    outbox: Vec<Event>,
+    /// Why the last save of `auto.json` failed, if it did.
+    save_error: Option<String>,
 }
 
 impl Auto {
     /// Loads `auto.json` from the state directory. A corrupt file is moved
     /// aside and reported; automation then starts on, with no override.
-    pub fn load(state_dir: &Path) -> (Auto, Option<String>) {
+    /// Returns every warning (a corrupt file, a refused resume watch).
+    pub fn load(state_dir: &Path) -> (Auto, Vec<String>) {
+        Auto::load_with(state_dir, clock_watch())
+    }
+
+    /// [`Auto::load`] with the resume watch given (a test makes it fail).
+    fn load_with(state_dir: &Path, clock: Result<OwnedFd>) -> (Auto, Vec<String>) {
         let path = state_dir.join("auto.json");
-        let mut warn = None;
+        let mut warn = Vec::new();
         // One of the daemon's own files: not a symlink, regular, <= 1 MiB,
         // opened O_NONBLOCK (a FIFO planted there cannot stall the start).
         let err = match safefile::read_own(&path) {
@@ -103,17 +112,17 @@ impl Auto {
                     Ok(()) => format!("kept as {}", bad.display()),
                     Err(e) => format!("could not move it to {}: {e}", bad.display()),
                 };
-                warn = Some(format!(
+                warn.push(format!(
                     "{} {why}; automation on, no manual override; {kept}",
                     path.display()
                 ));
                 AutoFile::default()
             }
         };
-        let clock = match clock_watch() {
+        let clock = match clock {
             Ok(fd) => Some(fd),
             Err(e) => {
-                warn = Some(format!(
+                warn.push(format!(
                     "{e:#}; automatic modes will not be re-evaluated after a resume"
                 ));
                 None
@@ -153,6 +162,16 @@ impl Auto {
         });
     }
 
+    /// The `mode` events queued since the last call, for subscribers.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Why the last save of `auto.json` failed, if it did.
+    pub fn save_error(&self) -> Option<&str> {
+        self.save_error.as_deref()
+    }
+
     /// The poll loop's deadline for a pending decision.
     pub fn deadline(&self) -> Option<Instant> {
         self.settle.map(|(_, d)| d)
@@ -187,7 +206,7 @@ impl Auto {
     }
 
     /// Takes a due decision's cause, if the deadline passed.
-    fn take_due(&mut self, now: Instant) -> Option<&'static str> {
+    pub fn take_due(&mut self, now: Instant) -> Option<&'static str> {
         match self.settle {
             Some((_, d)) if d <= now => {
                 self.settle = None;
@@ -290,37 +309,26 @@ fn unix_secs(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-impl Daemon {
-    /// Start-up: the rules' mode becomes the choice before the first
-    /// apply, so it is in force before READY.
-    pub(super) fn auto_sync(&mut self) {
-        self.auto_evaluate(false, "start");
-    }
-
-    /// Runs a decision that is due (the settle deadline passed).
-    pub(super) fn auto_tick(&mut self, now: Instant) {
-        if let Some(cause) = self.auto.take_due(now) {
-            self.auto_evaluate(true, cause);
-        }
-    }
-
-    /// Reads the inputs, decides, and applies a new mode if there is one.
-    pub(super) fn auto_evaluate(&mut self, apply: bool, trigger: &str) {
-        let power = read_power(&self.roots.sysfs);
-        let prev = self.auto.power;
-        if self.auto.since.is_none() || prev != Some(power) {
+impl Auto {
+    /// Reads the inputs (the power source now, the GPUs' displays, which
+    /// modes the rules refuse here), decides, and returns the mode to
+    /// switch to, with why, if it differs from the choice in `core`.
+    pub fn evaluate(&mut self, core: &Core) -> Option<(Mode, Why)> {
+        let power = read_power(&core.roots.sysfs);
+        let prev = self.power;
+        if self.since.is_none() || prev != Some(power) {
             // At start, `prev` is the power source a saved manual choice
             // was made on: it stands only if the power source is the same.
-            if self.auto.overridden && prev != Some(power) {
-                self.auto.overridden = false;
+            if self.overridden && prev != Some(power) {
+                self.overridden = false;
                 log!("auto: the power source changed; the manual choice gives way to the rules");
-                self.auto.save();
+                self.save();
             }
-            self.auto.power = Some(power);
-            self.auto.since = Some(SystemTime::now());
+            self.power = Some(power);
+            self.since = Some(SystemTime::now());
         }
-        let display = self
-            .inventory
+        let display = core
+            .inventory()
             .gpus
             .iter()
             .filter(|g| g.offload)
@@ -336,147 +344,107 @@ impl Daemon {
                 mode: m,
                 ..Choice::default()
             };
-            if let Err(r) = policy::plan(&self.inventory, &c) {
+            if let Err(r) = policy::plan(core.inventory(), &c) {
                 refused.insert(m, r.0.trim_start_matches("refused: ").to_string());
             }
         }
         let d = automation::decide(&Inputs {
-            rules: &self.config.auto,
-            enabled: self.auto.enabled,
+            rules: &core.config().auto,
+            enabled: self.enabled,
             power,
-            overridden: self.auto.overridden,
+            overridden: self.overridden,
             display: display.as_deref(),
             refused: &refused,
         });
-        self.auto.why = Some(d.why.clone());
-        let Some(mode) = d.mode else { return };
-        if mode == self.choice.mode && !self.choice.force {
-            return;
+        self.why = Some(d.why.clone());
+        let mode = d.mode?;
+        if mode == core.choice().mode && !core.choice().force {
+            return None;
         }
-        self.choice = Choice {
-            mode,
-            force: false,
-            ..self.choice.clone()
-        };
-        self.dirty = true;
-        if apply {
-            if let Err(e) = self.reapply() {
-                log!("auto: applying {mode} failed: {e:#}");
-            }
-        }
-        log!(
-            "auto: mode {mode} ({}; after {trigger}), blocking {}",
-            d.why,
-            if apply {
-                super::describe_blocked(&self.plan)
-            } else {
-                "what it blocks before READY".into()
-            }
-        );
-        self.auto.outbox.push(Event::Mode(ModeEvent {
+        Some((mode, d.why))
+    }
+
+    /// The rules' mode is in force: tells subscribers (a `mode` event).
+    pub fn announce(&mut self, mode: Mode, why: &Why, trigger: &str) {
+        self.outbox.push(Event::Mode(ModeEvent {
             mode,
             reason: "auto".into(),
-            detail: Some(d.why.to_string()),
+            detail: Some(why.to_string()),
             trigger: Some(trigger.to_string()),
         }));
     }
 
     /// A manual `set`/`block`/`unblock` succeeded: while automation is
     /// active it stands until the power source changes.
-    pub(super) fn auto_manual(&mut self) {
-        if self.config.auto.any() && self.auto.enabled && !self.auto.overridden {
-            self.auto.overridden = true;
-            self.auto.why = Some(Why::Manual);
-            self.auto.save();
+    pub fn manual(&mut self, rules: &Rules, mode: Mode, blocking: &str) {
+        if rules.any() && self.enabled && !self.overridden {
+            self.overridden = true;
+            self.why = Some(Why::Manual);
+            self.save();
         }
-        self.auto.outbox.push(Event::Mode(ModeEvent {
-            mode: self.choice.mode,
+        self.outbox.push(Event::Mode(ModeEvent {
+            mode,
             reason: "manual".into(),
-            detail: Some(format!(
-                "gpuctl set/block/unblock; blocking {}",
-                super::describe_blocked(&self.plan)
-            )),
+            detail: Some(format!("gpuctl set/block/unblock; blocking {blocking}")),
             trigger: None,
         }));
     }
 
-    /// The `[auto]` rules changed in the config.
-    pub(super) fn auto_config_changed(&mut self) {
-        self.auto_evaluate(true, "config change");
-    }
-
-    /// GPUs changed (hot plug, a display connected or removed).
-    pub(super) fn auto_gpus_changed(&mut self) {
-        self.auto_evaluate(true, "GPU change");
-    }
-
-    /// `gpuctl auto [on|off|status]`.
-    pub(super) fn auto_request(&mut self, action: Option<AutoAction>) -> Response {
-        match action {
-            Some(AutoAction::On) => {
-                self.auto.enabled = true;
-                self.auto.overridden = false;
-                self.auto.save();
-                self.auto_evaluate(true, "gpuctl auto on");
-            }
-            Some(AutoAction::Off) => {
-                self.auto.enabled = false;
-                self.auto.overridden = false;
-                self.auto.save();
-                self.auto_evaluate(true, "gpuctl auto off");
-            }
-            Some(AutoAction::Status) | None => {
-                // Read the power source now: status is never stale.
-                self.auto_evaluate(true, "status");
-            }
-        }
-        if let Some(e) = &self.auto.save_error {
-            return Response::err(Code::Internal, format!("automation state not saved: {e}"));
-        }
-        Response::with(&self.auto_json())
+    /// `gpuctl auto on|off`: the rules decide again (a manual override
+    /// ends). Saved at once.
+    pub fn set_enabled(&mut self, on: bool) {
+        self.enabled = on;
+        self.overridden = false;
+        self.save();
     }
 
     /// The automation part of `status` and `auto status`.
-    pub(super) fn auto_json(&self) -> AutoData {
-        let rules = &self.config.auto;
+    pub fn json(&self, rules: &Rules, mode: Mode) -> AutoData {
         AutoData {
-            active: rules.any() && self.auto.enabled,
-            enabled: self.auto.enabled,
+            active: rules.any() && self.enabled,
+            enabled: self.enabled,
             rules: AutoRules {
                 on_battery: rules.on_battery,
                 on_ac: rules.on_ac,
                 external_display: rules.external_display,
             },
-            power: self.auto.power,
-            since: self.auto.since.map(unix_secs),
-            manual_override: self.auto.overridden,
-            pending: self.auto.settle.is_some(),
-            mode: self.choice.mode,
-            why: self.auto.why.as_ref().map(|w| w.to_string()),
-            resume_watch: self.auto.clock.is_some(),
+            power: self.power,
+            since: self.since.map(unix_secs),
+            manual_override: self.overridden,
+            pending: self.settle.is_some(),
+            mode,
+            why: self.why.as_ref().map(|w| w.to_string()),
+            resume_watch: self.clock.is_some(),
         }
     }
+}
 
-    /// After a plan change: a GPU that was blocked, is not any more, and
-    /// drives a connected display gets a synthetic `add` uevent on its
-    /// primary node, so a compositor that could not open it adds it now.
-    pub(super) fn nudge_compositors(&self, before: &BTreeSet<u32>) {
-        if self.config.auto.external_display != automation::DisplayRule::Unblock {
-            return;
+/// After a plan change: a GPU that was blocked (in `before`), is not any
+/// more (in `after`), and drives a connected display gets a synthetic `add`
+/// uevent on its primary node, so a compositor that could not open it adds
+/// it now.
+pub fn nudge_compositors(
+    sysfs: &Path,
+    rule: automation::DisplayRule,
+    inv: &Inventory,
+    before: &BTreeSet<u32>,
+    after: &BTreeSet<u32>,
+) {
+    if rule != automation::DisplayRule::Unblock {
+        return;
+    }
+    for g in &inv.gpus {
+        if !before.contains(&g.id) || after.contains(&g.id) || !g.drives_display() {
+            continue;
         }
-        for g in &self.inventory.gpus {
-            if !before.contains(&g.id) || self.plan.blocked.contains(&g.id) || !g.drives_display() {
-                continue;
-            }
-            let Some(card) = &g.card else { continue };
-            let path = self.roots.sysfs.join("class/drm").join(card).join("uevent");
-            match write_uevent(&path, "add") {
-                Ok(()) => log!(
-                    "{} unblocked with a display connected: sent `add` on {card} so the compositor adds it",
-                    g.label()
-                ),
-                Err(e) => log!("telling compositors about {card}: {e:#}"),
-            }
+        let Some(card) = &g.card else { continue };
+        let path = sysfs.join("class/drm").join(card).join("uevent");
+        match write_uevent(&path, "add") {
+            Ok(()) => log!(
+                "{} unblocked with a display connected: sent `add` on {card} so the compositor adds it",
+                g.label()
+            ),
+            Err(e) => log!("telling compositors about {card}: {e:#}"),
         }
     }
 }
@@ -554,7 +522,7 @@ mod tests {
         std::fs::write(dir.join("auto.json"), "{\"version\":1,\"off\":tr").unwrap();
         let (a, warn) = Auto::load(&dir);
         assert!(a.enabled && !a.overridden);
-        assert!(warn.unwrap().contains("is corrupt"));
+        assert!(warn[0].contains("is corrupt"), "{warn:?}");
         assert!(dir.join("auto.json.bad").exists());
         // A saved state round-trips.
         let (mut a, _) = Auto::load(&dir);
@@ -563,9 +531,24 @@ mod tests {
         a.power = Some(Power::Battery);
         a.save();
         let (b, warn) = Auto::load(&dir);
-        assert!(warn.is_none() || warn.unwrap().contains("timerfd"));
+        assert!(warn.iter().all(|w| w.contains("timerfd")), "{warn:?}");
         assert!(!b.enabled && b.overridden);
         assert_eq!(b.power, Some(Power::Battery));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_file_and_a_refused_resume_watch_are_both_reported() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-autowarn-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("auto.json"), "not json").unwrap();
+        let refused = Err(anyhow::anyhow!("timerfd_create: EMFILE"));
+        let (a, warns) = Auto::load_with(&dir, refused);
+        assert!(a.enabled && a.clock.is_none());
+        let all = format!("{warns:?}");
+        assert!(all.contains("is corrupt"), "{all}");
+        assert!(all.contains("EMFILE"), "{all}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -19,18 +19,18 @@
 //!   start time, and grants the processes they forked while no daemon ran.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::proto::data::{GrantGpus, GrantView};
+use crate::proto::redact::{withhold, Viewer};
 use serde::{Deserialize, Serialize};
 
 use super::auth::{self, Peer};
-use super::Daemon;
-use crate::bpf::{self, Grant, GrantHow};
+use super::log::log;
+use super::reject::Rejection;
+use crate::bpf::{self, Enforcer, Grant, GrantHow};
 use crate::policy::Mode;
-use crate::proto::data::{GrantGpus, GrantView};
-use crate::proto::redact::{withhold, Viewer};
-use crate::proto::{Code, Response};
 use crate::safefile::{self, ReadError};
 
 /// `gpuctl run` grants one non-root uid may hold at once.
@@ -151,21 +151,33 @@ fn all_procs() -> BTreeMap<u32, ProcInfo> {
         .collect()
 }
 
-impl Daemon {
-    fn grants_path(&self) -> std::path::PathBuf {
-        self.state_path.with_file_name("grants.json")
+/// The grants' own state; the grants themselves are in the kernel's map
+/// (the enforcer's).
+pub struct Grants {
+    /// `grants.json`: the grants a clean stop saved for the next daemon.
+    path: PathBuf,
+    /// When grants were last checked against live processes.
+    last_sweep: Option<Instant>,
+}
+
+impl Grants {
+    pub fn new(state_dir: &Path) -> Grants {
+        Grants {
+            path: state_dir.join("grants.json"),
+            last_sweep: None,
+        }
     }
 
     /// Removes grants whose process is gone or whose pid now belongs to
     /// another process. Returns the live grants with their owners' uids.
-    pub(super) fn sweep_grants(&mut self) -> Vec<(Grant, Option<u32>)> {
+    pub fn sweep(&mut self, enforcer: &Enforcer) -> Vec<(Grant, Option<u32>)> {
         self.last_sweep = Some(Instant::now());
         let mut live = Vec::new();
-        for g in self.enforcer.grants() {
+        for g in enforcer.grants() {
             match proc_info(g.pid) {
                 Some(p) if p.start == g.start => live.push((g, Some(p.uid))),
                 _ => {
-                    if let Err(e) = self.enforcer.revoke(g.pid) {
+                    if let Err(e) = enforcer.revoke(g.pid) {
                         log!("{e:#}");
                     }
                 }
@@ -176,17 +188,21 @@ impl Daemon {
 
     /// `gpuctl run`: grants the caller's own process (the one that
     /// connected, held as a pidfd) access to `gpu`.
-    pub(super) fn grant_peer(
+    /// `max_grants` is the map's size (from the config), for the message
+    /// when it is full.
+    pub fn grant_peer(
         &mut self,
+        enforcer: &Enforcer,
+        max_grants: u32,
         peer: &Peer,
         gpu: &crate::gpu::Gpu,
         only: bool,
-    ) -> Result<(), Response> {
+    ) -> Result<(), Rejection> {
         let gone = || {
-            Response::err(
-                Code::Refused,
+            Rejection::Refused(
                 "refused: the process that asked for the grant has exited (a grant belongs to a \
-                 live process, never to a pid number)",
+                 live process, never to a pid number)"
+                    .into(),
             )
         };
         let (Some(pidfd), Ok(pid)) = (&peer.pidfd, u32::try_from(peer.pid)) else {
@@ -202,7 +218,7 @@ impl Daemon {
         // sweep reads anyway: one /proc read per grant, not two.
         let due = self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY);
         let live = if due || peer.uid != 0 {
-            self.sweep_grants()
+            self.sweep(enforcer)
         } else {
             Vec::new()
         };
@@ -212,14 +228,11 @@ impl Daemon {
                 .filter(|(g, uid)| g.how == GrantHow::Run && *uid == Some(peer.uid))
                 .count();
             if mine >= PER_UID_RUN_GRANTS {
-                return Err(Response::err(
-                    Code::Refused,
-                    format!(
-                        "refused: uid {} already holds {mine} grants from `gpuctl run` (at most \
-                         {PER_UID_RUN_GRANTS} per user)",
-                        peer.uid
-                    ),
-                ));
+                return Err(Rejection::Refused(format!(
+                    "refused: uid {} already holds {mine} grants from `gpuctl run` (at most \
+                     {PER_UID_RUN_GRANTS} per user)",
+                    peer.uid
+                )));
             }
         }
         let g = Grant {
@@ -229,39 +242,35 @@ impl Daemon {
             only,
             start: info.start,
         };
-        let mut stored = self.enforcer.grant(&g).map_err(internal)?;
+        let mut stored = enforcer.grant(&g)?;
         if !stored {
             // Full: drop the dead, then try once more.
-            self.sweep_grants();
-            stored = self.enforcer.grant(&g).map_err(internal)?;
+            self.sweep(enforcer);
+            stored = enforcer.grant(&g)?;
         }
         if !stored {
-            return Err(Response::err(
-                Code::Refused,
-                format!(
-                    "refused: {} processes already hold a grant (max_grants in the config); \
-                     this one stays denied",
-                    self.config.max_grants
-                ),
-            ));
+            return Err(Rejection::Refused(format!(
+                "refused: {max_grants} processes already hold a grant (max_grants in the \
+                 config); this one stays denied"
+            )));
         }
         // It may have exited between the read and the insert: then the
         // exit hook found nothing to remove, and the entry must go.
         if !auth::alive(pidfd) {
-            let _ = self.enforcer.revoke(pid);
+            let _ = enforcer.revoke(pid);
             return Err(gone());
         }
         Ok(())
     }
 
     /// On a clean stop: saves the grants for the next daemon (smart mode).
-    pub(super) fn save_grants(&mut self) {
-        let path = self.grants_path();
-        if self.choice.mode != Mode::Smart {
+    pub fn save(&mut self, enforcer: &Enforcer, mode: Mode) {
+        let path = self.path.clone();
+        if mode != Mode::Smart {
             let _ = std::fs::remove_file(&path);
             return;
         }
-        let grants: Vec<Grant> = self.sweep_grants().into_iter().map(|(g, _)| g).collect();
+        let grants: Vec<Grant> = self.sweep(enforcer).into_iter().map(|(g, _)| g).collect();
         let Some(boot_id) = boot_id() else {
             return;
         };
@@ -283,8 +292,8 @@ impl Daemon {
 
     /// At start, after the saved mode is in force: re-installs the grants a
     /// previous daemon saved (see [`restorable`]). The file is consumed.
-    pub(super) fn restore_grants(&mut self) {
-        let path = self.grants_path();
+    pub fn restore(&mut self, enforcer: &Enforcer, mode: Mode) {
+        let path = self.path.clone();
         let bytes = match safefile::read_own(&path) {
             Ok(b) => b,
             Err(ReadError::Missing) => return,
@@ -302,13 +311,13 @@ impl Daemon {
                 return;
             }
         };
-        if self.choice.mode != Mode::Smart || Some(&saved.boot_id) != boot_id().as_ref() {
+        if mode != Mode::Smart || Some(&saved.boot_id) != boot_id().as_ref() {
             return;
         }
         let restore = restorable(&saved.grants, saved.saved, &all_procs());
         let mut n = 0;
         for g in &restore {
-            match self.enforcer.grant(g) {
+            match enforcer.grant(g) {
                 Ok(true) => n += 1,
                 Ok(false) => log!("grant map full: pid {} not restored", g.pid),
                 Err(e) => log!("{e:#}"),
@@ -326,8 +335,8 @@ impl Daemon {
 
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
-    pub(super) fn grants_view(&mut self, viewer: Viewer) -> (Vec<GrantView>, u64) {
-        let mut live = self.sweep_grants();
+    pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64) {
+        let mut live = self.sweep(enforcer);
         live.sort_by_key(|(g, _)| g.pid);
         let views = live.into_iter().map(|(g, uid)| GrantView {
             pid: g.pid,
@@ -354,10 +363,6 @@ impl Daemon {
         }
         (shown, hidden)
     }
-}
-
-fn internal(e: anyhow::Error) -> Response {
-    Response::err(Code::Internal, format!("{e:#}"))
 }
 
 #[cfg(test)]

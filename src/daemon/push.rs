@@ -20,8 +20,8 @@ pub struct Push {
     last: Option<(Mode, BTreeSet<u32>)>,
     /// Events queued by request handlers (grants), sent after the turn.
     /// Each says whose it is: pid and command name go only to root, the
-    /// group and that user (the rule `denied` follows; `Redact`).
-    pub outbox: Vec<Event>,
+    /// group and that user (the rule `denied` follows; `proto::redact`).
+    outbox: Vec<Event>,
 }
 
 impl Push {
@@ -74,6 +74,15 @@ impl Push {
         out
     }
 
+    /// What to send subscribers this turn: what changed in `core` since
+    /// the last announcement, then the queued events. Taken even when
+    /// nobody listens, so nothing is announced late.
+    pub fn take(&mut self, core: &super::core::Core) -> Vec<Event> {
+        let changed = self.changes(core.inventory(), core.choice(), core.plan());
+        let queued = std::mem::take(&mut self.outbox);
+        changed.into_iter().chain(queued).collect()
+    }
+
     /// A `gpuctl run` grant was made.
     pub fn grant(&mut self, pid: i32, uid: u32, comm: &str, gpu: u32, only: bool) {
         self.outbox.push(Event::Grant(GrantEvent {
@@ -111,22 +120,6 @@ pub fn modes(inv: &Inventory, choice: &Choice) -> Modes {
         out.set(mode, why);
     }
     out
-}
-
-impl super::Daemon {
-    /// Sends every subscriber what changed this turn.
-    pub(super) fn announce(&mut self, server: &mut super::server::Server) {
-        let changed = self.push.changes(&self.inventory, &self.choice, &self.plan);
-        let queued = std::mem::take(&mut self.push.outbox);
-        if server.subscribers() == 0 {
-            return;
-        }
-        for e in changed.into_iter().chain(queued) {
-            server.broadcast(&|c: &super::server::Conn| {
-                Some(e.clone().for_viewer(super::viewer(c)).to_value())
-            });
-        }
-    }
 }
 
 #[cfg(test)]

@@ -167,14 +167,6 @@ impl Response {
         }
     }
 
-    /// A success carrying a typed payload.
-    pub fn with<T: Serialize>(data: &T) -> Self {
-        match serde_json::to_value(data) {
-            Ok(v) => Response::ok(v),
-            Err(e) => Response::err(Code::Internal, format!("encoding the answer: {e}")),
-        }
-    }
-
     /// The payload as `T` (at the client's edge): `Err` says what is wrong
     /// with it, or the daemon's error message.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+use super::log::log;
+
 /// Readable ends of the signal pipes.
 pub struct Signals {
     /// SIGTERM / SIGINT.

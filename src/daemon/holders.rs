@@ -9,29 +9,29 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::gpu::{DevNum, Inventory};
-use crate::policy::{self, Choice};
+use crate::policy::{self, Choice, Plan, Refusal};
 use crate::procs;
 
-/// The inventory with `display_holder` filled in for each GPU that `choice`
-/// would newly block (not in `blocked` now). The procfs scan runs only when
-/// such a GPU exists and the choice is not forced: switching to hybrid, or
-/// re-applying a plan that blocks the same GPUs, costs nothing.
-pub fn with_display_holders(
+/// The plan for `choice`, with the split-session rule: a GPU that `choice`
+/// would newly block (not in `blocked` now) and whose primary node a
+/// display server holds is planned with that holder recorded on it, so
+/// `policy` refuses (or skips) it. The procfs scan runs only when such a
+/// GPU exists and the choice is not forced: switching to hybrid, or
+/// re-applying a plan that blocks the same GPUs, costs nothing, and
+/// `policy::plan` runs a second time only when a holder was found.
+pub fn plan(
     inv: &Inventory,
     procfs: &Path,
     choice: &Choice,
     blocked: &BTreeSet<u32>,
-) -> Inventory {
-    let mut out = inv.clone();
+) -> Result<Plan, Refusal> {
+    let first = policy::plan(inv, choice)?;
     if choice.force && choice.mode != policy::Mode::Manual {
-        return out;
+        return Ok(first);
     }
-    let Ok(plan) = policy::plan(inv, choice) else {
-        return out;
-    };
-    let newly: Vec<u32> = plan.blocked.difference(blocked).copied().collect();
+    let newly: Vec<u32> = first.blocked.difference(blocked).copied().collect();
     if newly.is_empty() {
-        return out;
+        return Ok(first);
     }
     let primary: BTreeMap<DevNum, u32> = inv
         .gpus
@@ -45,10 +45,27 @@ pub fn with_display_holders(
         })
         .collect();
     let held = procs::display_holders(procfs, &primary);
+    if held.is_empty() {
+        // Discovery never fills `display_holder`: the inventory with no
+        // holder recorded is `inv` itself, and so is its plan.
+        return Ok(first);
+    }
+    let mut out = inv.clone();
     for g in &mut out.gpus {
         g.display_holder = held.get(&g.id).cloned();
     }
-    out
+    policy::plan(&out, choice)
+}
+
+/// [`plan`] for a change that is made or refused as a whole
+/// (`policy::check`'s rule: a GPU it would skip refuses it).
+pub fn check(
+    inv: &Inventory,
+    procfs: &Path,
+    choice: &Choice,
+    blocked: &BTreeSet<u32>,
+) -> Result<Plan, Refusal> {
+    policy::refuse_skips(plan(inv, procfs, choice, blocked)?)
 }
 
 /// A primary node: DRM `cardN` (226, minor < 64 on every kernel gpuctl

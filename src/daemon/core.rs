@@ -1,0 +1,282 @@
+//! The core: the user's choice, the plan in force, the hardware it was made
+//! for, the enforcer that applies it, and the configuration. This is the
+//! only code that assigns `choice` and `plan` (the fields are private to
+//! this module); every other room reads them through the getters and asks
+//! for a change with [`Core::change`], [`Core::follow`] or
+//! [`Core::set_apps`]. Every plan comes from `policy::plan`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use crate::proto::data::ModeData;
+use anyhow::Result;
+
+use super::config::Config;
+use super::log::log;
+use super::reject::Rejection;
+use super::{auto, holders, state};
+use crate::bpf::Enforcer;
+use crate::gpu::{self, Inventory, Roots};
+use crate::policy::{AppRule, Choice, Mode, Plan};
+
+pub struct Core {
+    pub roots: Roots,
+    /// What discovery last read; re-read by [`Core::rediscover`] only.
+    inventory: Inventory,
+    /// Applies plans; the components also fill its grant and app maps.
+    pub enforcer: Enforcer,
+    /// Where the choice is saved (`state.json`).
+    state_path: PathBuf,
+    /// Written by [`Core::apply_config`] only.
+    config: Config,
+    choice: Choice,
+    plan: Plan,
+    /// Why the saved choice is not (fully) in force, if it is not.
+    note: Option<String>,
+    /// The choice changed and is not saved yet.
+    dirty: bool,
+    /// Why the last save failed, if it did.
+    save_error: Option<String>,
+}
+
+/// What [`Core::apply_config`] changed that others must act on.
+pub struct Applied {
+    /// `bpf_log` or `max_grants` changed: they take effect on a restart.
+    pub needs_restart: bool,
+    /// The `[auto]` rules changed: automation decides again.
+    pub rules_changed: bool,
+}
+
+impl Core {
+    /// The core before the first apply: nothing is planned yet.
+    pub fn new(
+        roots: Roots,
+        state_path: PathBuf,
+        config: Config,
+        choice: Choice,
+        inventory: Inventory,
+        enforcer: Enforcer,
+    ) -> Core {
+        Core {
+            roots,
+            inventory,
+            enforcer,
+            state_path,
+            config,
+            choice,
+            plan: Plan::default(),
+            note: None,
+            dirty: false,
+            save_error: None,
+        }
+    }
+
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    pub fn choice(&self) -> &Choice {
+        &self.choice
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn note(&self) -> &Option<String> {
+        &self.note
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn save_error(&self) -> &Option<String> {
+        &self.save_error
+    }
+
+    /// Re-reads the hardware; true if it changed (then the new inventory is
+    /// in place, and [`Core::replan`] is due).
+    pub fn rediscover(&mut self) -> Result<bool> {
+        let inv = gpu::discover(&self.roots)?;
+        if inv == self.inventory {
+            return Ok(false);
+        }
+        self.inventory = inv;
+        Ok(true)
+    }
+
+    /// After a hardware change: re-applies the choice. Power state changes
+    /// land here too; says something only when what is blocked changed.
+    pub fn replan(&mut self) {
+        let before = self.plan.clone();
+        match self.reapply() {
+            Ok(()) if self.plan != before => log!(
+                "GPUs changed; mode {} re-applied, blocking {}",
+                self.choice.mode,
+                describe_blocked(&self.plan)
+            ),
+            Ok(()) => {}
+            Err(e) => log!("re-applying after a hardware change failed: {e:#}"),
+        }
+    }
+
+    /// Applies the saved choice to the current inventory. Protected GPUs
+    /// are skipped with a log line; a mode that makes no sense here blocks
+    /// nothing. Never fails because of policy, only because of the kernel.
+    pub fn reapply(&mut self) -> Result<()> {
+        let planned = holders::plan(
+            &self.inventory,
+            &self.roots.procfs,
+            &self.choice,
+            &self.plan.blocked,
+        );
+        let plan = match planned {
+            Ok(p) => {
+                self.note = (!p.skipped.is_empty()).then(|| {
+                    p.skipped
+                        .iter()
+                        .map(|s| s.reason.clone())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                });
+                p
+            }
+            Err(r) => {
+                self.note = Some(r.0.clone());
+                Plan::default()
+            }
+        };
+        if let Some(n) = &self.note {
+            log!("mode {} is not fully in force: {n}", self.choice.mode);
+        }
+        self.enforcer.apply(&plan)?;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before);
+        Ok(())
+    }
+
+    /// Makes `choice` the new choice: checked by the rules and applied;
+    /// if the kernel refuses, nothing changes. Saving it (temp file, fsync,
+    /// rename, fsync) happens right after the response is sent
+    /// ([`Core::persist`]), so the client does not wait for the disk.
+    pub fn change(&mut self, choice: Choice) -> Result<(), Rejection> {
+        let plan = holders::check(
+            &self.inventory,
+            &self.roots.procfs,
+            &choice,
+            &self.plan.blocked,
+        )?;
+        if let Err(e) = self.enforcer.apply(&plan) {
+            if let Err(back) = self.enforcer.apply(&self.plan) {
+                log!("restoring the previous blocks failed: {back:#}");
+            }
+            return Err(e.into());
+        }
+        self.choice = choice;
+        let before = std::mem::replace(&mut self.plan, plan);
+        self.nudge_compositors(&before);
+        self.note = None;
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Automation chose `mode`: it becomes the choice (not forced), saved
+    /// after the turn; applied now unless `apply` is false (at start, the
+    /// first apply follows).
+    pub fn follow(&mut self, mode: Mode, apply: bool) -> Result<()> {
+        self.choice = Choice {
+            mode,
+            force: false,
+            ..self.choice.clone()
+        };
+        self.dirty = true;
+        if apply {
+            self.reapply()?;
+        }
+        Ok(())
+    }
+
+    /// The app rules changed (already in the kernel): saved at once, then
+    /// part of the choice.
+    pub fn set_apps(&mut self, apps: BTreeMap<String, AppRule>) -> Result<()> {
+        let choice = Choice {
+            apps,
+            ..self.choice.clone()
+        };
+        state::save(&self.state_path, &choice)?;
+        self.choice = choice;
+        Ok(())
+    }
+
+    /// Saves the choice if a change is not saved yet. Runs after responses
+    /// are flushed and before the loop waits again, so a stop (SIGTERM) never
+    /// finds it unsaved. A failure is logged and shown by `status`; the next
+    /// change tries again.
+    pub fn persist(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        self.dirty = false;
+        match state::save(&self.state_path, &self.choice) {
+            Ok(()) => self.save_error = None,
+            Err(e) => {
+                log!("{e:#}; the change is in force but will not survive a restart");
+                self.save_error = Some(format!("{e:#}"));
+            }
+        }
+    }
+
+    /// The one place a new configuration takes effect (SIGHUP and
+    /// `gpuctl config KEY VALUE`): what can change live (the group,
+    /// env_grants, the automatic rules) does; if the kernel refuses
+    /// env_grants, nothing changes.
+    pub fn apply_config(&mut self, new: Config) -> Result<Applied> {
+        if new.env_grants != self.config.env_grants {
+            self.enforcer.set_env_grants(new.env_grants)?;
+        }
+        let applied = Applied {
+            needs_restart: new.bpf_log != self.config.bpf_log
+                || new.max_grants != self.config.max_grants,
+            rules_changed: new.auto != self.config.auto,
+        };
+        self.config = new;
+        Ok(applied)
+    }
+
+    pub fn mode_json(&self) -> ModeData {
+        ModeData {
+            mode: self.choice.mode,
+            force: self.choice.force,
+            blocked: self.plan.blocked.iter().copied().collect(),
+            note: self.note.clone(),
+        }
+    }
+
+    pub fn gpus_with_blocked(&self) -> Vec<gpu::Gpu> {
+        let mut gpus = self.inventory.gpus.clone();
+        for g in &mut gpus {
+            g.blocked = Some(self.plan.blocked.contains(&g.id));
+        }
+        gpus
+    }
+
+    fn nudge_compositors(&self, before: &Plan) {
+        auto::nudge_compositors(
+            &self.roots.sysfs,
+            self.config.auto.external_display,
+            &self.inventory,
+            &before.blocked,
+            &self.plan.blocked,
+        );
+    }
+}
+
+pub fn describe_blocked(plan: &Plan) -> String {
+    if plan.blocked.is_empty() {
+        "nothing (programs detached)".to_string()
+    } else {
+        let ids: Vec<String> = plan.blocked.iter().map(|i| format!("GPU {i}")).collect();
+        format!("{} ({} device nodes)", ids.join(", "), plan.nodes.len())
+    }
+}

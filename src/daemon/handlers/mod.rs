@@ -1,0 +1,136 @@
+//! One request: authorization (from the credentials captured at connect),
+//! a fresh enough view of the hardware, the handler, and the audit line.
+//! Handlers return their typed answer (`proto::data`) or a `Rejection`;
+//! [`Rejection::into_response`] maps a rejection to its protocol code.
+
+mod app;
+mod auto;
+mod config;
+mod events;
+mod modes;
+mod run;
+mod status;
+mod who;
+
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::core::describe_blocked;
+use super::log::log;
+use super::reject::{internal, Rejection};
+use super::server::Conn;
+use super::Daemon;
+use crate::proto::data::PingData;
+use crate::proto::redact::Viewer;
+use crate::proto::{Code, Request, Response};
+
+/// Who is looking: root and the group see other users' processes, a
+/// plain user their own (`proto::redact`).
+pub(super) fn viewer(c: &Conn) -> Viewer {
+    if c.privileged {
+        Viewer::ALL
+    } else {
+        Viewer::user(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
+    }
+}
+
+/// A handler's typed answer as the response's `data`.
+pub(super) fn data<T: Serialize>(t: T) -> Result<Value, Rejection> {
+    serde_json::to_value(t).map_err(|e| internal(format!("encoding the answer: {e}")))
+}
+
+pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
+    if req.is_change() {
+        // Decided from the credentials captured at connect (uid, gid,
+        // supplementary groups), never from /proc at request time.
+        if !conn.privileged {
+            return Response::err(
+                Code::PermissionDenied,
+                format!(
+                    "changing the GPU mode needs root or membership in the `{}` group",
+                    d.core.config().group
+                ),
+            );
+        }
+    }
+    let t0 = Instant::now();
+    // Reads report live power state, so they re-read sysfs. Changes use
+    // the inventory uevents keep current (a node, GPU or display
+    // appearing re-plans at once), unless uevents are unavailable.
+    if !req.is_change() {
+        d.refresh_for_read();
+    } else if d.uevents.is_none() {
+        d.refresh();
+    }
+    let resp = match dispatch(d, &req, conn) {
+        Ok(data) => Response::ok(data),
+        Err(r) => r.into_response(),
+    };
+    if resp.ok
+        && matches!(
+            req,
+            Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
+        )
+    {
+        let blocking = describe_blocked(d.core.plan());
+        d.auto
+            .manual(&d.core.config().auto, d.core.choice().mode, &blocking);
+    }
+    audit(d, &req, conn, &resp, t0);
+    resp
+}
+
+fn dispatch(d: &mut Daemon, req: &Request, conn: &Conn) -> Result<Value, Rejection> {
+    match req {
+        Request::Ping {} => data(PingData {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }),
+        Request::List {} => data(status::list(d, viewer(conn))),
+        Request::Get {} => data(d.core.mode_json()),
+        Request::Status {} => data(status::status(d, conn)?),
+        Request::Who { gpu } => data(who::who(d, gpu.as_deref(), conn)?),
+        Request::Set { mode, force } => data(modes::set(d, mode, *force)?),
+        Request::Block { gpu, force } => data(modes::block(d, gpu, *force, true)?),
+        Request::Unblock { gpu } => data(modes::block(d, gpu, false, false)?),
+        Request::Grant { gpu, only } => {
+            data(run::grant(d, conn.peer.as_ref(), gpu.as_deref(), *only)?)
+        }
+        Request::App { action, path, gpu } => app::app(d, *action, path.as_deref(), gpu.as_deref()),
+        Request::Config { key, value } => {
+            data(config::config(d, key.as_deref(), value.as_deref())?)
+        }
+        Request::Wakes { gpu } => data(events::wakes(d, gpu.as_deref(), conn)?),
+        Request::Auto { action } => data(auto::auto(d, *action)?),
+        Request::Events {} => data(events::subscribe(d)?),
+    }
+}
+
+/// The audit line of a change. Refusals of unprivileged requests are not
+/// logged: anyone could flood the journal with them.
+fn audit(d: &Daemon, req: &Request, conn: &Conn, resp: &Response, t0: Instant) {
+    if !req.is_change() || !conn.privileged {
+        return;
+    }
+    let Some(p) = conn.peer.as_ref() else {
+        return;
+    };
+    log!(
+        "{:?} from pid {} uid {} ({}): {} in {:?}",
+        req,
+        p.pid,
+        p.uid,
+        p.comm,
+        if resp.ok {
+            format!("done, blocking {}", describe_blocked(d.core.plan()))
+        } else {
+            format!(
+                "not done: {}",
+                resp.error.as_ref().map_or("", |e| e.message.as_str())
+            )
+        },
+        t0.elapsed()
+    );
+}

@@ -1,0 +1,218 @@
+//! Start-up, and what one room's news means for the others: the one
+//! `impl Daemon`. A hardware change re-plans, re-syncs the power watch and
+//! asks automation; automation's answer goes to the core; a new config is
+//! applied by the core, then automation decides again.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::apps::Apps;
+use super::auto::Auto;
+use super::config::{self, Config};
+use super::core::{describe_blocked, Applied, Core};
+use super::grants::Grants;
+use super::log::log;
+use super::power::Power;
+use super::push::Push;
+use super::{backend, lifetime, state, uevent, Daemon, Options, Unsupported};
+use crate::bpf;
+use crate::gpu;
+
+/// Read requests within this time of the last one share one discovery
+/// (sysfs) and one `who` scan (procfs): a burst of `status`/`who` costs
+/// one read of the hardware, not one each.
+pub const SHARED_READ_WINDOW: Duration = Duration::from_millis(250);
+
+impl Daemon {
+    /// Reads the files, discovers, loads the backend and opens every
+    /// room; nothing is applied yet.
+    fn open(opts: &Options) -> Result<Daemon> {
+        // One daemon per state directory, whatever happened to the socket file.
+        let lock = lifetime::lock_state_dir(&opts.state_dir)?;
+        let (config, warn) = config::load(&opts.config);
+        if let Some(w) = warn {
+            log!("{w}");
+        }
+        bpf::init_logging(opts.verbose);
+
+        let state_path = opts.state_dir.join("state.json");
+        let (choice, warn) = state::load(&state_path);
+        if let Some(w) = warn {
+            log!("{w}");
+        }
+        let (auto, warns) = Auto::load(&opts.state_dir);
+        for w in warns {
+            log!("{w}");
+        }
+        let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
+        let enforcer = backend::load_backend(opts, &config).map_err(|e| e.context(Unsupported))?;
+        let power = Power::new(&opts.roots.sysfs);
+        if let Some(e) = power.error() {
+            log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
+        }
+        let apps = Apps::new()?;
+        let uevents = match uevent::Uevents::open() {
+            Ok(u) => Some(u),
+            Err(e) => {
+                log!("{e:#}; GPUs will be re-read on each request only");
+                None
+            }
+        };
+        let core = Core::new(
+            opts.roots.clone(),
+            state_path,
+            config,
+            choice,
+            inventory,
+            enforcer,
+        );
+        Ok(Daemon {
+            core,
+            apps,
+            grants: Grants::new(&opts.state_dir),
+            auto,
+            power,
+            push: Push::default(),
+            uevents,
+            config_path: opts.config.clone(),
+            started: Instant::now(),
+            refreshed: None,
+            who_cache: None,
+            _lock: lock,
+        })
+    }
+
+    /// Everything before the socket: the lock, the files, discovery, the
+    /// backend, the saved mode in force, the grants of processes that
+    /// outlived the previous daemon.
+    pub(super) fn start(opts: &Options) -> Result<Daemon> {
+        let mut d = Daemon::open(opts)?;
+        let env_grants = d.core.config().env_grants;
+        d.core.enforcer.set_env_grants(env_grants)?;
+        d.sync_power();
+        d.apps.load(&mut d.core);
+        // The automatic rules pick the mode from the power source now: the
+        // rules' mode becomes the choice before the first apply, so it is
+        // in force before READY.
+        d.auto_evaluate(false, "start");
+        d.core.reapply().context("applying the saved mode")?;
+        d.push = Push::new(d.core.choice(), d.core.plan());
+        // Grants of processes that outlived the previous daemon.
+        d.grants.restore(&d.core.enforcer, d.core.choice().mode);
+        let core = &d.core;
+        log!(
+            "started: backend {}{}, mode {}, {} GPU(s), blocking {}",
+            core.enforcer.backend(),
+            core.enforcer
+                .cgroup_path()
+                .map(|p| format!(" on {}", p.display()))
+                .unwrap_or_default(),
+            core.choice().mode,
+            core.inventory().gpus.len(),
+            describe_blocked(core.plan())
+        );
+        Ok(d)
+    }
+
+    /// Re-reads the hardware; re-plans if anything changed (hot plug,
+    /// a display plugged in, a driver bound).
+    pub(super) fn refresh(&mut self) {
+        match self.core.rediscover() {
+            Ok(true) => {
+                self.sync_power();
+                self.core.replan();
+                self.auto_evaluate(true, "GPU change");
+            }
+            Ok(false) => {}
+            Err(e) => log!("rediscovering GPUs failed: {e:#}"),
+        }
+    }
+
+    /// Re-reads the hardware for a read request, unless a read within the
+    /// last [`SHARED_READ_WINDOW`] already did.
+    pub(super) fn refresh_for_read(&mut self) {
+        let now = Instant::now();
+        if self
+            .refreshed
+            .is_some_and(|t| now.duration_since(t) < SHARED_READ_WINDOW)
+        {
+            return;
+        }
+        self.refresh();
+        self.refreshed = Some(now);
+    }
+
+    /// Watches the offload GPUs' runtime PM (power.rs); never fatal.
+    pub(super) fn sync_power(&mut self) {
+        if let Err(e) = self.power.sync(self.core.inventory()) {
+            log!("watching the GPUs' runtime PM failed: {e}");
+        }
+    }
+
+    /// Automation reads its inputs and decides; a new mode goes to the core
+    /// (applied now unless `apply` is false: at start, before the first
+    /// apply) and to subscribers.
+    pub(super) fn auto_evaluate(&mut self, apply: bool, trigger: &str) {
+        let Some((mode, why)) = self.auto.evaluate(&self.core) else {
+            return;
+        };
+        if let Err(e) = self.core.follow(mode, apply) {
+            log!("auto: applying {mode} failed: {e:#}");
+        }
+        log!(
+            "auto: mode {mode} ({why}; after {trigger}), blocking {}",
+            if apply {
+                describe_blocked(self.core.plan())
+            } else {
+                "what it blocks before READY".into()
+            }
+        );
+        self.auto.announce(mode, &why, trigger);
+    }
+
+    /// Runs an automatic decision that is due (the settle deadline passed).
+    pub(super) fn auto_tick(&mut self, now: Instant) {
+        if let Some(cause) = self.auto.take_due(now) {
+            self.auto_evaluate(true, cause);
+        }
+    }
+
+    /// A new configuration, from SIGHUP or `gpuctl config KEY VALUE`: the
+    /// core applies it ([`Core::apply_config`]), then automation decides
+    /// again if its rules changed.
+    pub(super) fn apply_config(&mut self, new: Config) -> Result<Applied> {
+        let applied = self.core.apply_config(new)?;
+        if applied.rules_changed {
+            self.auto_evaluate(true, "config change");
+        }
+        Ok(applied)
+    }
+
+    /// SIGHUP: re-reads the config and applies what can change live (the
+    /// group, env_grants, the automatic rules), and re-resolves the app
+    /// rules.
+    pub(super) fn reload(&mut self) {
+        let (new, warn) = config::load(&self.config_path);
+        if let Some(w) = warn {
+            log!("{w}");
+        }
+        let applied = match self.apply_config(new) {
+            Ok(a) => a,
+            Err(e) => {
+                log!("reload: {e:#}");
+                return;
+            }
+        };
+        if applied.needs_restart {
+            log!("reload: bpf_log and max_grants are fixed when the BPF programs load; restart the daemon to change them");
+        }
+        self.apps.load(&mut self.core);
+        log!(
+            "reloaded {}: group {}, env_grants {}",
+            self.config_path.display(),
+            self.core.config().group,
+            self.core.config().env_grants
+        );
+    }
+}
