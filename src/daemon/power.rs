@@ -20,8 +20,6 @@ use crate::proto::data::{
     WakesData, WakesGpu, Watched,
 };
 use crate::proto::event::{Event, PowerEvent, SleepEvent};
-use crate::proto::redact::Redact;
-pub use crate::proto::redact::Viewer;
 
 /// Wakes kept (all GPUs together); older ones are dropped.
 pub const HISTORY: usize = 256;
@@ -420,8 +418,9 @@ impl Power {
         out
     }
 
-    /// The `runtime_pm` object of one GPU (`None` for a GPU not watched).
-    pub fn gpu_json(&mut self, id: u32, viewer: Viewer) -> Option<RuntimePm> {
+    /// The `runtime_pm` object of one GPU (`None` for a GPU not watched),
+    /// whole: the caller shows it through `for_viewer`.
+    pub fn gpu_json(&mut self, id: u32) -> Option<RuntimePm> {
         let kernel_wakes = |dev: &str| self.mon.as_ref().map(|m| m.kernel_wakes(dev));
         let g = self.gpus.get(&id)?;
         // The kernel's count (complete even if the ring buffer overflowed).
@@ -464,7 +463,7 @@ impl Power {
             .rev()
             .find(|w| w.device == pci && w.role == data::Role::Gpu)
             .cloned();
-        let full = RuntimePm {
+        Some(RuntimePm {
             since: (g.since * 1000.0).round() / 1000.0,
             since_start,
             since_boot: now.map(residency_of),
@@ -481,21 +480,20 @@ impl Power {
                     role: role(w.role),
                 })
                 .collect(),
-        };
-        Some(full.for_viewer(viewer))
+        })
     }
 
     /// Adds `runtime_pm` to each GPU of a `list` answer.
-    pub fn annotate_list(&mut self, gpus: &mut [ListGpu], viewer: Viewer) {
+    pub fn annotate_list(&mut self, gpus: &mut [ListGpu]) {
         for g in gpus {
-            g.runtime_pm = Some(self.gpu_json(g.gpu.id, viewer));
+            g.runtime_pm = Some(self.gpu_json(g.gpu.id));
         }
     }
 
     /// Adds `runtime_pm` to each GPU of a `status` answer.
-    pub fn annotate_status(&mut self, gpus: &mut [StatusGpu], viewer: Viewer) {
+    pub fn annotate_status(&mut self, gpus: &mut [StatusGpu]) {
         for g in gpus {
-            g.runtime_pm = self.gpu_json(g.id, viewer);
+            g.runtime_pm = self.gpu_json(g.id);
         }
     }
 
@@ -518,13 +516,9 @@ impl Power {
         }
     }
 
-    /// The `wakes` request: the history (oldest first), for one GPU or all.
-    pub fn wakes_json(
-        &mut self,
-        inv: &Inventory,
-        arg: Option<&str>,
-        viewer: Viewer,
-    ) -> Result<WakesData, String> {
+    /// The `wakes` request: the history (oldest first), for one GPU or
+    /// all, whole (the caller shows it through `for_viewer`).
+    pub fn wakes_json(&mut self, inv: &Inventory, arg: Option<&str>) -> Result<WakesData, String> {
         let only = match arg {
             Some(a) => Some(inv.find(a)?.id),
             None => None,
@@ -533,7 +527,7 @@ impl Power {
             .history
             .iter()
             .filter(|w| only.is_none_or(|id| w.gpu == id))
-            .map(|w| w.clone().for_viewer(viewer))
+            .cloned()
             .collect();
         let ids: Vec<u32> = inv
             .gpus
@@ -551,7 +545,7 @@ impl Power {
                     name: g.and_then(|g| g.name.clone()),
                     power_state: g.and_then(|g| g.power_state.clone()),
                     runtime_status: g.and_then(|g| g.runtime_status.clone()),
-                    runtime_pm: self.gpu_json(id, viewer),
+                    runtime_pm: self.gpu_json(id),
                 }
             })
             .collect();
@@ -583,6 +577,7 @@ fn count_waker(wakers: &mut BTreeMap<(String, Option<u32>), u64>, w: &Wake) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::redact::{Redact, Viewer};
     use serde_json::{json, Value};
 
     fn val<T: serde::Serialize>(v: T) -> Value {
@@ -741,7 +736,7 @@ mod tests {
         ));
         assert_eq!(out[0]["event"], "sleep");
         assert_eq!(out[0]["awake_ms"], 2100);
-        let j = val(p.gpu_json(1, Viewer::ALL));
+        let j = val(p.gpu_json(1));
         assert_eq!(j["wakes"], Value::Null, "no programs: the count is unknown");
         assert_eq!(j["last_wake"]["awake_ms"], 2100);
         assert_eq!(
@@ -779,9 +774,9 @@ mod tests {
             ),
             100.0,
         );
-        let own = val(p.gpu_json(1, Viewer::user(1000)));
+        let own = val(p.gpu_json(1).map(|j| j.for_viewer(Viewer::user(1000))));
         assert_eq!(own["last_wake"]["comm"], "lspci");
-        let other = val(p.gpu_json(1, Viewer::user(1001)));
+        let other = val(p.gpu_json(1).map(|j| j.for_viewer(Viewer::user(1001))));
         assert_eq!(other["last_wake"]["comm"], Value::Null);
         assert_eq!(other["last_wake"]["pid"], Value::Null);
         assert_eq!(other["last_wake"]["file"], Value::Null);

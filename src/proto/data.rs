@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::redact::{Redact, Viewer, Withheld};
+use super::redact::{each, public, withhold, Redact, Viewer, Withheld};
 use crate::automation::{DisplayRule, Power, Target};
 use crate::bpf::{Backend, GrantHow};
 use crate::gpu::{DevNum, Gpu, PciAddr};
@@ -682,31 +682,178 @@ impl Redact for TopWaker {
     }
 }
 
-impl RuntimePm {
-    /// The runtime-PM object as `viewer` may see it.
-    pub fn for_viewer(mut self, viewer: Viewer) -> Self {
-        let RuntimePm {
-            since: _,
-            since_start: _,
-            since_boot: _,
-            counters_reset: _,
-            wakes: _,
-            awake_since: _,
-            last_wake,
-            top_wakers,
-            watched: _,
-        } = &mut self;
-        if let Some(w) = last_wake.take() {
-            *last_wake = Some(w.for_viewer(viewer));
-        }
-        for t in top_wakers.iter_mut() {
-            if !t.visible_to(viewer) {
-                t.redact();
-            }
-        }
-        self
+public!(
+    RuntimePm,
+    [
+        "since",
+        "since_start",
+        "since_boot",
+        "counters_reset",
+        "wakes",
+        "awake_since",
+        "last_wake",
+        "top_wakers",
+        "watched",
+    ],
+    |p, v| {
+        p.last_wake = p.last_wake.map(|w| w.for_viewer(v));
+        p.top_wakers = each(p.top_wakers, v);
+        p
     }
-}
+);
+public!(PingData, ["pid", "version"]);
+public!(ModeData, ["mode", "force", "blocked", "note"]);
+public!(ListData, ["schema", "mode", "backend", "gpus"], |l, v| {
+    l.gpus = each(l.gpus, v);
+    l
+});
+public!(
+    ListGpu,
+    [
+        "id",
+        "pci",
+        "vendor_id",
+        "device_id",
+        "vendor",
+        "name",
+        "driver",
+        "default",
+        "offload",
+        "discrete",
+        "boot_vga",
+        "card",
+        "render",
+        "nodes",
+        "nvidia_minor",
+        "power_state",
+        "runtime_status",
+        "displays",
+        "sleep",
+        "functions",
+        "blocked",
+        "runtime_pm",
+    ],
+    |g, v| {
+        g.runtime_pm = g.runtime_pm.map(|p| p.map(|p| p.for_viewer(v)));
+        g
+    }
+);
+public!(
+    StatusData,
+    [
+        "schema",
+        "daemon",
+        "backend",
+        "backend_limits",
+        "cgroup",
+        "smart_hooks",
+        "events",
+        "attached",
+        "mode",
+        "force",
+        "note",
+        "modes",
+        "may_change",
+        "auto",
+        "state_not_saved",
+        "grants",
+        "grants_hidden",
+        "grants_refused_map_full",
+        "env_grants",
+        "blocked_nodes",
+        "gpus",
+        "power_monitor",
+    ],
+    |s, v| {
+        let (grants, hidden) = withhold(s.grants, v);
+        s.grants = grants;
+        s.grants_hidden += hidden;
+        s.gpus = each(s.gpus, v);
+        s
+    }
+);
+public!(DaemonInfo, ["pid", "version", "uptime_s"]);
+public!(Modes, ["hybrid", "integrated", "smart", "manual"]);
+public!(
+    StatusGpu,
+    [
+        "id",
+        "pci",
+        "name",
+        "default",
+        "blocked",
+        "power_state",
+        "runtime_status",
+        "denied_opens",
+        "runtime_pm",
+    ],
+    |g, v| {
+        g.runtime_pm = g.runtime_pm.map(|p| p.for_viewer(v));
+        g
+    }
+);
+public!(Residency, ["asleep_pct", "asleep_s", "awake_s"]);
+public!(Watched, ["device", "role"]);
+public!(PowerMonitor, ["running", "error", "programs"]);
+public!(ProgramStats, ["name", "prog_id", "run_cnt", "run_time_ns"]);
+public!(
+    AutoData,
+    [
+        "active",
+        "enabled",
+        "rules",
+        "power",
+        "since",
+        "manual_override",
+        "pending",
+        "mode",
+        "why",
+        "resume_watch",
+    ]
+);
+public!(AutoRules, ["on_battery", "on_ac", "external_display"]);
+public!(WhoData, ["holders", "hidden"], |w, v| {
+    let (holders, hidden) = withhold(w.holders, v);
+    w.holders = holders;
+    w.hidden = w.hidden.map(|h| h + hidden);
+    w
+});
+public!(GrantData, ["granted", "mode", "gpu", "env"]);
+public!(AppsData, ["apps"]);
+public!(AppEntry, ["path", "allow", "gpu", "error"]);
+public!(AppChanged, ["path", "note"]);
+public!(
+    WakesData,
+    [
+        "schema",
+        "attributed",
+        "error",
+        "history_max",
+        "gpus",
+        "wakes"
+    ],
+    |w, v| {
+        w.gpus = each(w.gpus, v);
+        w.wakes = each(w.wakes, v);
+        w
+    }
+);
+public!(
+    WakesGpu,
+    [
+        "id",
+        "pci",
+        "name",
+        "power_state",
+        "runtime_status",
+        "runtime_pm"
+    ],
+    |g, v| {
+        g.runtime_pm = g.runtime_pm.map(|p| p.for_viewer(v));
+        g
+    }
+);
+public!(Subscribed, ["subscribed"]);
 
 impl Withheld for GrantView {
     fn owner(&self) -> Option<u32> {

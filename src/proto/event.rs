@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::data::Wake;
-use super::redact::{Redact, Viewer};
+use super::redact::{public, Redact, Viewer};
 use crate::gpu::{DevNum, PciAddr};
 use crate::policy::Mode;
 
@@ -177,22 +177,9 @@ impl Redact for GrantEvent {
     }
 }
 
-/// Events with nothing private: every field is public, and a new field
-/// still has to be added to `PUBLIC` (the test checks the key set).
-macro_rules! public {
-    ($t:ty, $($k:literal),*) => {
-        impl Redact for $t {
-            const PUBLIC: &'static [&'static str] = &[$($k),*];
-            const PRIVATE: &'static [&'static str] = &[];
-            fn visible_to(&self, _: Viewer) -> bool {
-                true
-            }
-            fn redact(&mut self) {}
-        }
-    };
-}
-
-public!(ModeEvent, "mode", "reason", "detail", "trigger");
-public!(Blocked, "gpu", "pci", "blocked", "reason", "displays");
-public!(SleepEvent, "gpu", "pci", "ts", "awake_ms", "power_state");
-public!(PowerEvent, "gpu", "pci", "power_state", "runtime_status");
+// Events with nothing private: every field is public, and a new field
+// still has to be added to the list (the tests check the key set).
+public!(ModeEvent, ["mode", "reason", "detail", "trigger"]);
+public!(Blocked, ["gpu", "pci", "blocked", "reason", "displays"]);
+public!(SleepEvent, ["gpu", "pci", "ts", "awake_ms", "power_state"]);
+public!(PowerEvent, ["gpu", "pci", "power_state", "runtime_status"]);

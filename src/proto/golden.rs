@@ -142,3 +142,135 @@ fn config_shapes_stay_apart() {
         serde_json::from_str(r#"{"key": "k", "value": 1, "note": null}"#).unwrap();
     assert!(matches!(set, super::data::ConfigData::Set { .. }));
 }
+
+/// Every key of every payload and event type has a privacy decision: the
+/// type's documented example serializes to exactly the keys of its
+/// `PUBLIC` and `PRIVATE` tables (a field added to a type and to neither
+/// fails here), and a stranger sees every private one as `null`.
+#[test]
+fn every_documented_key_has_a_privacy_decision() {
+    use serde::de::DeserializeOwned;
+    use serde::Serialize;
+
+    use super::data::*;
+    use super::event::*;
+    use super::redact::{Redact, Viewer};
+
+    /// The type, the keys its example has, and its tables' keys.
+    type Seen = (&'static str, BTreeSet<String>, BTreeSet<&'static str>);
+    type Check = fn(&Value) -> Result<Seen, String>;
+    fn check<T: Redact + Serialize + DeserializeOwned>(v: &Value) -> Result<Seen, String> {
+        let t: T = serde_json::from_value(v.clone()).map_err(|e| e.to_string())?;
+        let full = serde_json::to_value(&t).map_err(|e| e.to_string())?;
+        let keys: BTreeSet<String> = full
+            .as_object()
+            .ok_or("not an object")?
+            .keys()
+            .cloned()
+            .collect();
+        let table: BTreeSet<&'static str> = T::PUBLIC.iter().chain(T::PRIVATE).copied().collect();
+        if let Some(k) = keys.iter().find(|k| !table.contains(k.as_str())) {
+            return Err(format!(
+                "{k} is in neither PUBLIC nor PRIVATE of {}: each field needs a decision",
+                std::any::type_name::<T>()
+            ));
+        }
+        let shown = serde_json::to_value(t.for_viewer(Viewer::user(4_000_000_000)))
+            .map_err(|e| e.to_string())?;
+        for k in T::PRIVATE {
+            if !shown[*k].is_null() {
+                return Err(format!("{k} reaches a stranger"));
+            }
+        }
+        Ok((std::any::type_name::<T>(), keys, table))
+    }
+    let payloads: &[(&str, &str, Check)] = &[
+        ("ping", "", check::<PingData>),
+        ("mode", "", check::<ModeData>),
+        ("list", "", check::<ListData>),
+        ("list", "/gpus/0", check::<ListGpu>),
+        ("list", "/gpus/0/runtime_pm", check::<RuntimePm>),
+        ("status", "", check::<StatusData>),
+        ("status", "/daemon", check::<DaemonInfo>),
+        ("status", "/modes", check::<Modes>),
+        ("status", "/auto", check::<AutoData>),
+        ("status", "/auto/rules", check::<AutoRules>),
+        ("status", "/gpus/1", check::<StatusGpu>),
+        ("status", "/gpus/1/runtime_pm", check::<RuntimePm>),
+        (
+            "status",
+            "/gpus/1/runtime_pm/since_start",
+            check::<Residency>,
+        ),
+        ("status", "/gpus/1/runtime_pm/last_wake", check::<Wake>),
+        (
+            "status",
+            "/gpus/1/runtime_pm/top_wakers/0",
+            check::<TopWaker>,
+        ),
+        ("status", "/gpus/1/runtime_pm/watched/0", check::<Watched>),
+        ("status", "/power_monitor", check::<PowerMonitor>),
+        ("status", "/power_monitor/programs/0", check::<ProgramStats>),
+        ("who", "", check::<WhoData>),
+        ("grant", "", check::<GrantData>),
+        ("apps", "", check::<AppsData>),
+        ("apps", "/apps/0", check::<AppEntry>),
+        ("app", "", check::<AppChanged>),
+        ("auto", "", check::<AutoData>),
+        ("wakes", "", check::<WakesData>),
+        ("wakes", "/gpus/0", check::<WakesGpu>),
+        ("wakes", "/wakes/0", check::<Wake>),
+        ("events", "", check::<Subscribed>),
+    ];
+    let events: &[(&str, Check)] = &[
+        ("denied", check::<Denied>),
+        ("mode", check::<ModeEvent>),
+        ("blocked", check::<Blocked>),
+        ("grant", check::<GrantEvent>),
+        ("wake", check::<Wake>),
+        ("sleep", check::<SleepEvent>),
+        ("power", check::<PowerEvent>),
+    ];
+    let mut seen: std::collections::BTreeMap<&str, (BTreeSet<String>, BTreeSet<&str>)> =
+        Default::default();
+    let mut checked = 0;
+    for (name, text, line) in blocks() {
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        let mut run = |what: String, v: Option<&Value>, f: Check| {
+            let v = v.unwrap_or_else(|| panic!("docs/PROTOCOL.md:{line}: no {what}"));
+            match f(v) {
+                Ok((ty, keys, table)) => {
+                    let e = seen.entry(ty).or_insert_with(|| (BTreeSet::new(), table));
+                    e.0.extend(keys);
+                }
+                Err(e) => panic!("docs/PROTOCOL.md:{line}: {what}: {e}"),
+            }
+            checked += 1;
+        };
+        if name == "event" {
+            let mut body = doc.clone();
+            let tag = body
+                .as_object_mut()
+                .and_then(|o| o.shift_remove("event"))
+                .and_then(|t| t.as_str().map(str::to_string))
+                .unwrap_or_default();
+            let f = events.iter().find(|(t, _)| *t == tag).map(|(_, f)| *f);
+            run(
+                format!("the {tag} event"),
+                Some(&body),
+                f.unwrap_or_else(|| panic!("no table for {tag}")),
+            );
+        } else {
+            for (_, ptr, f) in payloads.iter().filter(|(n, _, _)| *n == name) {
+                run(format!("{name} {ptr}"), doc.pointer(ptr), *f);
+            }
+        }
+    }
+    assert!(checked >= payloads.len(), "only {checked} checks ran");
+    // Every key of a table is shown by some example (an example per type
+    // with every field: a table cannot list a key the type does not have).
+    for (ty, (keys, table)) in &seen {
+        let keys: BTreeSet<&str> = keys.iter().map(String::as_str).collect();
+        assert_eq!(&keys, table, "{ty}: its examples and its tables differ");
+    }
+}

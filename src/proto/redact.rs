@@ -11,6 +11,12 @@
 //!   fails until it is in one of the tables.
 //! - [`Withheld`]: the whole record is another user's (a grant, a process
 //!   holding a GPU open): a stranger does not get it at all, only a count.
+//! - Every other payload type implements [`Redact`] too, through
+//!   [`public!`]: all its keys listed as public, and `for_viewer` passing
+//!   the viewer on to its parts (a `status` hands it to each GPU's
+//!   `runtime_pm`, withholds other users' grants). The daemon builds a
+//!   whole answer and calls `for_viewer` once, at the handler's edge; the
+//!   golden test checks each type's table against its documented example.
 
 /// Who is looking: [`Viewer::ALL`] sees everything (root and the group);
 /// `Viewer(Some(uid))` (a plain user) sees their own processes.
@@ -57,6 +63,38 @@ pub trait Redact: Sized {
         }
         self
     }
+}
+
+/// A record with nothing private of its own: every key is listed as
+/// public (the tests check the list is the type's whole key set), and
+/// `for_viewer` hands the viewer on to the fields that have private parts
+/// (the optional `|self, viewer| body`).
+macro_rules! public {
+    ($t:ty, [$($k:literal),* $(,)?]) => {
+        $crate::proto::redact::public!($t, [$($k),*], |s, _v| s);
+    };
+    ($t:ty, [$($k:literal),* $(,)?], |$s:ident, $v:ident| $body:expr) => {
+        impl $crate::proto::redact::Redact for $t {
+            const PUBLIC: &'static [&'static str] = &[$($k),*];
+            const PRIVATE: &'static [&'static str] = &[];
+            fn visible_to(&self, _: $crate::proto::redact::Viewer) -> bool {
+                true
+            }
+            fn redact(&mut self) {}
+            fn for_viewer(self, viewer: $crate::proto::redact::Viewer) -> Self {
+                #[allow(unused_mut)]
+                let mut $s = self;
+                let $v = viewer;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use public;
+
+/// Each element of `items` as `viewer` may see it.
+pub fn each<T: Redact>(items: Vec<T>, viewer: Viewer) -> Vec<T> {
+    items.into_iter().map(|i| i.for_viewer(viewer)).collect()
 }
 
 /// A record a stranger does not get at all.

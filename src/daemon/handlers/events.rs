@@ -5,6 +5,7 @@ use super::super::server::Conn;
 use super::super::Daemon;
 use super::{viewer, Rejection};
 use crate::proto::data::{Subscribed, WakesData};
+use crate::proto::redact::Redact;
 
 pub(super) fn wakes(
     d: &mut Daemon,
@@ -12,7 +13,8 @@ pub(super) fn wakes(
     conn: &Conn,
 ) -> Result<WakesData, Rejection> {
     d.power
-        .wakes_json(d.core.inventory(), gpu, viewer(conn))
+        .wakes_json(d.core.inventory(), gpu)
+        .map(|w| w.for_viewer(viewer(conn)))
         .map_err(Rejection::UnknownGpu)
 }
 

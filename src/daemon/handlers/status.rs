@@ -6,7 +6,7 @@ use super::viewer;
 use super::Rejection;
 use crate::policy;
 use crate::proto::data::{DaemonInfo, ListData, ListGpu, StatusData, StatusGpu, SCHEMA};
-use crate::proto::redact::Viewer;
+use crate::proto::redact::{Redact, Viewer};
 
 pub(super) fn list(d: &mut Daemon, viewer: Viewer) -> ListData {
     let mut gpus: Vec<ListGpu> = d
@@ -18,13 +18,14 @@ pub(super) fn list(d: &mut Daemon, viewer: Viewer) -> ListData {
             runtime_pm: None,
         })
         .collect();
-    d.power.annotate_list(&mut gpus, viewer);
+    d.power.annotate_list(&mut gpus);
     ListData {
         schema: SCHEMA,
         mode: Some(d.core.choice().mode),
         backend: Some(d.core.enforcer.backend()),
         gpus,
     }
+    .for_viewer(viewer)
 }
 
 pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejection> {
@@ -47,7 +48,7 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
             runtime_pm: None,
         })
         .collect();
-    d.power.annotate_status(&mut gpus, viewer(conn));
+    d.power.annotate_status(&mut gpus);
     let core = &d.core;
     let backend = core.enforcer.backend();
     Ok(StatusData {
@@ -83,5 +84,6 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
             .collect(),
         gpus,
         power_monitor: Some(d.power.status_json()),
-    })
+    }
+    .for_viewer(viewer(conn)))
 }

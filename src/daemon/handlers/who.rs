@@ -10,7 +10,7 @@ use super::super::wiring::SHARED_READ_WINDOW;
 use super::super::Daemon;
 use super::{viewer, Rejection};
 use crate::proto::data::WhoData;
-use crate::proto::redact::withhold;
+use crate::proto::redact::Redact;
 use crate::{gpu, procs};
 
 pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<WhoData, Rejection> {
@@ -32,15 +32,13 @@ pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<WhoD
         .as_ref()
         .map(|(_, h)| h.as_slice())
         .unwrap_or(&[]);
-    let (holders, hidden) = withhold(
-        all.iter()
+    Ok(WhoData {
+        holders: all
+            .iter()
             .filter(|h| only.is_none_or(|o| o == h.gpu))
             .cloned()
             .collect(),
-        viewer(conn),
-    );
-    Ok(WhoData {
-        holders,
-        hidden: Some(hidden),
-    })
+        hidden: Some(0),
+    }
+    .for_viewer(viewer(conn)))
 }
