@@ -179,28 +179,32 @@ impl Apps {
         }
     }
 
-    /// Re-resolves the app rules whose file changed in a watched directory.
-    /// Returns true if the socket's file (named `socket`) was deleted or
-    /// moved away: the caller re-creates it if it is gone.
-    pub fn on_inotify(&mut self, core: &mut Core, socket: Option<&OsStr>) -> bool {
+    /// Reads what changed in the watched directories: the app rules whose
+    /// file was replaced, and whether the socket's file (named `socket`)
+    /// was deleted or moved away (the loop re-creates it if it is gone).
+    pub fn read_events(&mut self, core: &Core, socket: Option<&OsStr>) -> Inotified {
+        let mut news = Inotified::default();
         let Ok(events) = self.inotify.read_events() else {
-            return false;
+            return news;
         };
-        let mut socket_touched = false;
-        let mut touched = Vec::new();
         for ev in events {
             if Some(ev.wd) == self.socket_watch && ev.name.as_deref() == socket {
-                socket_touched = true;
+                news.socket_gone = true;
             }
             let (Some(dir), Some(name)) = (self.watches.get(&ev.wd), ev.name) else {
                 continue;
             };
             let path = dir.join(name).to_string_lossy().into_owned();
-            if core.choice().apps.contains_key(&path) && !touched.contains(&path) {
-                touched.push(path);
+            if core.choice().apps.contains_key(&path) && !news.replaced.contains(&path) {
+                news.replaced.push(path);
             }
         }
-        for path in touched {
+        news
+    }
+
+    /// Re-resolves the app rules whose file was replaced.
+    pub fn reresolve(&mut self, core: &mut Core, replaced: Vec<String>) {
+        for path in replaced {
             let Some(rule) = core.choice().apps.get(&path).cloned() else {
                 continue;
             };
@@ -215,8 +219,16 @@ impl Apps {
                 }
             }
         }
-        socket_touched
     }
+}
+
+/// What one read of the inotify instance found ([`Apps::read_events`]).
+#[derive(Default)]
+pub struct Inotified {
+    /// An event on the socket's name in its directory.
+    pub socket_gone: bool,
+    /// App-rule paths whose file changed, each once.
+    pub replaced: Vec<String>,
 }
 
 /// The GPUs a rule is about: its GPU, or every offload GPU.

@@ -1,9 +1,14 @@
 //! The core: the user's choice, the plan in force, the hardware it was made
 //! for, the enforcer that applies it, and the configuration. This is the
-//! only code that assigns `choice` and `plan` (the fields are private to
-//! this module); every other room reads them through the getters and asks
-//! for a change with [`Core::change`], [`Core::follow`] or
-//! [`Core::set_apps`]. Every plan comes from `policy::plan`.
+//! only code that assigns the choice, the plan, the inventory and the
+//! config (the fields are private to this module): every other room reads
+//! them through the getters, and asks for a change with [`Core::change`]
+//! (a request), [`Core::follow`] (automation), [`Core::set_apps`] (app
+//! rules), [`Core::rediscover`] + [`Core::replan`] (hardware) or
+//! [`Core::apply_config`]. Every plan comes from `policy::plan` (through
+//! `holders`, which adds the split-session rule). The enforcer is public:
+//! the grant and app components fill its maps, which the plan does not
+//! cover.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -214,27 +214,7 @@ impl Grants {
         let Some(info) = info.filter(|_| auth::alive(pidfd)) else {
             return Err(gone());
         };
-        // A plain user's per-uid count needs every grant's owner, which the
-        // sweep reads anyway: one /proc read per grant, not two.
-        let due = self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY);
-        let live = if due || peer.uid != 0 {
-            self.sweep(enforcer)
-        } else {
-            Vec::new()
-        };
-        if peer.uid != 0 {
-            let mine = live
-                .iter()
-                .filter(|(g, uid)| g.how == GrantHow::Run && *uid == Some(peer.uid))
-                .count();
-            if mine >= PER_UID_RUN_GRANTS {
-                return Err(Rejection::Refused(format!(
-                    "refused: uid {} already holds {mine} grants from `gpuctl run` (at most \
-                     {PER_UID_RUN_GRANTS} per user)",
-                    peer.uid
-                )));
-            }
-        }
+        self.sweep_and_cap(enforcer, peer.uid)?;
         let g = Grant {
             pid,
             gpus: 1 << gpu.id,
@@ -259,6 +239,32 @@ impl Grants {
         if !auth::alive(pidfd) {
             let _ = enforcer.revoke(pid);
             return Err(gone());
+        }
+        Ok(())
+    }
+
+    /// Before a grant: sweeps if one is due, and refuses a plain user who
+    /// already holds [`PER_UID_RUN_GRANTS`] grants from `gpuctl run`. The
+    /// per-uid count needs every grant's owner, which the sweep reads
+    /// anyway: one /proc read per grant, not two.
+    fn sweep_and_cap(&mut self, enforcer: &Enforcer, uid: u32) -> Result<(), Rejection> {
+        let due = self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY);
+        let live = if due || uid != 0 {
+            self.sweep(enforcer)
+        } else {
+            Vec::new()
+        };
+        if uid != 0 {
+            let mine = live
+                .iter()
+                .filter(|(g, owner)| g.how == GrantHow::Run && *owner == Some(uid))
+                .count();
+            if mine >= PER_UID_RUN_GRANTS {
+                return Err(Rejection::Refused(format!(
+                    "refused: uid {uid} already holds {mine} grants from `gpuctl run` (at most \
+                     {PER_UID_RUN_GRANTS} per user)"
+                )));
+            }
         }
         Ok(())
     }

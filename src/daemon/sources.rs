@@ -22,8 +22,11 @@ use super::server::{Conn, Server};
 use super::Daemon;
 use crate::proto::event::{Denied, Event};
 
-/// What an fd in the poll set is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What an fd in the poll set is. The set holds the sources in this order,
+/// which is the order they are served in (the stop pipe first; the
+/// listener last, so a client accepted this turn does not shift the
+/// indexes of the others).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Src {
     /// The SIGTERM/SIGINT pipe.
     Stop,
@@ -131,49 +134,24 @@ fn wait(
 
 /// Serves what is ready; false when the daemon is to stop.
 fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, PollFlags)]) -> bool {
-    let mut now = Instant::now();
-    let mut accept = false;
-    for &(src, revents) in ready {
-        match src {
-            Src::Stop => {
-                if lifetime::drain(&sigs.stop) {
-                    d.core.persist();
-                    return false;
-                }
-            }
-            Src::Reload => {
-                if lifetime::drain(&sigs.reload) {
-                    d.reload();
-                }
-                now = Instant::now();
-            }
-            Src::Inotify => {
-                if d.apps.on_inotify(&mut d.core, server.path().file_name()) {
-                    rebind_if_gone(server);
-                }
-            }
-            Src::Uevent => {
-                let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
-                if k.gpus {
-                    d.refresh();
-                }
-                if k.power {
-                    d.auto.arm(now, "power_supply uevent");
-                }
-                if k.forged > 0 {
-                    log!("ignored {} uevent(s) not sent by the kernel", k.forged);
-                }
-            }
-            Src::Clock => d.auto.on_clock(now),
-            Src::Power => send_wakes(d, server),
-            Src::Denials => send_denials(d, server),
-            // Existing clients' indexes match the set: new ones are
-            // accepted after serving.
-            Src::Conn(i) => server.io(i, revents),
-            Src::Listener => accept = true,
+    let mut t = Turn {
+        now: Instant::now(),
+        accept: false,
+    };
+    // Automation decides once this turn's news of the power source (uevents,
+    // the resume clock) is read, and before the other sources are served.
+    debug_assert!(ready.windows(2).all(|w| w[0].0 < w[1].0));
+    let (news, rest) = ready.split_at(ready.partition_point(|(s, _)| *s <= Src::Clock));
+    for &(src, revents) in news {
+        if !on_ready(d, server, sigs, &mut t, src, revents) {
+            return false;
         }
     }
     d.auto_tick(Instant::now());
+    for &(src, revents) in rest {
+        on_ready(d, server, sigs, &mut t, src, revents);
+    }
+    let Turn { now, accept } = t;
     server.serve(now, &mut |req, conn| handlers::handle(d, req, conn));
     if accept {
         let gid = auth::configured_gid(&d.core.config().group);
@@ -184,6 +162,66 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
     }
     announce(d, server);
     d.core.persist();
+    true
+}
+
+/// What a turn carries from one source to the next.
+struct Turn {
+    /// The time requests are served at (re-read after a reload).
+    now: Instant,
+    /// The listener is ready: accept after serving.
+    accept: bool,
+}
+
+/// Serves one ready source; false when the daemon is to stop.
+fn on_ready(
+    d: &mut Daemon,
+    server: &mut Server,
+    sigs: &Signals,
+    t: &mut Turn,
+    src: Src,
+    revents: PollFlags,
+) -> bool {
+    match src {
+        Src::Stop => {
+            if lifetime::drain(&sigs.stop) {
+                d.core.persist();
+                return false;
+            }
+        }
+        Src::Reload => {
+            if lifetime::drain(&sigs.reload) {
+                d.reload();
+            }
+            t.now = Instant::now();
+        }
+        Src::Inotify => {
+            let news = d.apps.read_events(&d.core, server.path().file_name());
+            if news.socket_gone {
+                rebind_if_gone(server);
+            }
+            d.apps.reresolve(&mut d.core, news.replaced);
+        }
+        Src::Uevent => {
+            let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
+            if k.gpus {
+                d.refresh();
+            }
+            if k.power {
+                d.auto.arm(t.now, "power_supply uevent");
+            }
+            if k.forged > 0 {
+                log!("ignored {} uevent(s) not sent by the kernel", k.forged);
+            }
+        }
+        Src::Clock => d.auto.on_clock(t.now),
+        Src::Power => send_wakes(d, server),
+        Src::Denials => send_denials(d, server),
+        // Existing clients' indexes match the set: new ones are accepted
+        // after serving.
+        Src::Conn(i) => server.io(i, revents),
+        Src::Listener => t.accept = true,
+    }
     true
 }
 

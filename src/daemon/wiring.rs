@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 
 use super::apps::Apps;
 use super::auto::Auto;
-use super::config::{self, Config};
+use super::config;
 use super::core::{describe_blocked, Applied, Core};
 use super::grants::Grants;
 use super::log::log;
@@ -178,15 +178,13 @@ impl Daemon {
         }
     }
 
-    /// A new configuration, from SIGHUP or `gpuctl config KEY VALUE`: the
-    /// core applies it ([`Core::apply_config`]), then automation decides
-    /// again if its rules changed.
-    pub(super) fn apply_config(&mut self, new: Config) -> Result<Applied> {
-        let applied = self.core.apply_config(new)?;
+    /// After the core applied a new configuration ([`Core::apply_config`],
+    /// from SIGHUP or `gpuctl config KEY VALUE`): automation decides again
+    /// if its rules changed.
+    pub(super) fn config_applied(&mut self, applied: &Applied) {
         if applied.rules_changed {
             self.auto_evaluate(true, "config change");
         }
-        Ok(applied)
     }
 
     /// SIGHUP: re-reads the config and applies what can change live (the
@@ -197,7 +195,7 @@ impl Daemon {
         if let Some(w) = warn {
             log!("{w}");
         }
-        let applied = match self.apply_config(new) {
+        let applied = match self.core.apply_config(new) {
             Ok(a) => a,
             Err(e) => {
                 log!("reload: {e:#}");
@@ -208,6 +206,7 @@ impl Daemon {
             log!("reload: bpf_log and max_grants are fixed when the BPF programs load; restart the daemon to change them");
         }
         self.apps.load(&mut self.core);
+        self.config_applied(&applied);
         log!(
             "reloaded {}: group {}, env_grants {}",
             self.config_path.display(),

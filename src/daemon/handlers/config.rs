@@ -46,7 +46,8 @@ pub(super) fn config(
     };
     let (text, new) = config::edit(&text, key, value).map_err(Rejection::BadRequest)?;
     state::write_atomic(&d.config_path, text.as_bytes())?;
-    let applied = d.apply_config(new)?;
+    let applied = d.core.apply_config(new)?;
+    d.config_applied(&applied);
     let note = applied.needs_restart.then_some(
         "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
     );
