@@ -274,3 +274,25 @@ fn every_documented_key_has_a_privacy_decision() {
         assert_eq!(&keys, table, "{ty}: its examples and its tables differ");
     }
 }
+
+/// A client reads a newer daemon (keys and event kinds it does not know)
+/// and an older one (keys missing): unknown keys are ignored, missing ones
+/// take their defaults.
+#[test]
+fn a_newer_or_older_daemon_is_read() {
+    use super::data::{StatusData, WhoData};
+    use super::event::Event;
+    let st: StatusData = serde_json::from_str(
+        r#"{"mode": "smart", "a_new_key": {"x": 1}, "gpus": [{"id": 1, "new": true}]}"#,
+    )
+    .unwrap();
+    assert!(st.may_change, "an older daemon said nothing: assume yes");
+    assert_eq!((st.gpus[0].id, st.gpus[0].pci), (1, None));
+    assert!(st.auto.is_none(), "a daemon without automation");
+    let who: WhoData = serde_json::from_str(r#"{"holders": []}"#).unwrap();
+    assert_eq!(who.hidden, None);
+    let e: Event = serde_json::from_str(r#"{"event": "teleport", "gpu": 1}"#).unwrap();
+    assert_eq!(e, Event::Unknown);
+    let e: Event = serde_json::from_str(r#"{"event": "sleep", "gpu": 1, "later": 2}"#).unwrap();
+    assert!(matches!(e, Event::Sleep(s) if s.gpu == 1 && s.ts.is_none()));
+}
