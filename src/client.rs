@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::proto::{self, Request, Response, MAX_LINE};
+use crate::proto::{self, Code, Request, Response, MAX_LINE};
 
 /// Why a request got no answer.
 #[derive(Debug)]
@@ -106,19 +106,6 @@ fn exchange(stream: &mut UnixStream, req: &Request) -> Result<Response, ClientEr
     exchange_line(stream, &proto::encode(req))
 }
 
-/// Sends a request given as JSON (a request type this build's enum may not
-/// have, e.g. one a newer daemon offers) and returns the response.
-pub fn request_value(socket: &Path, req: &serde_json::Value) -> Result<Response, ClientError> {
-    let mut stream = connect(socket)?;
-    let mut v = req.clone();
-    if let serde_json::Value::Object(o) = &mut v {
-        o.insert("proto".into(), proto::PROTO.into());
-    }
-    let mut line = v.to_string().into_bytes();
-    line.push(b'\n');
-    exchange_line(&mut stream, &line)
-}
-
 fn exchange_line(stream: &mut UnixStream, line: &[u8]) -> Result<Response, ClientError> {
     let setup = |e: std::io::Error| ClientError::Io(e.into());
     stream.set_read_timeout(Some(TIMEOUT)).map_err(setup)?;
@@ -152,7 +139,7 @@ fn exchange_line(stream: &mut UnixStream, line: &[u8]) -> Result<Response, Clien
 pub fn stream(
     socket: &Path,
     req: &Request,
-    mut each: impl FnMut(&serde_json::Value) -> Result<(), serde_json::Value>,
+    mut each: impl FnMut(&serde_json::Value) -> Result<(), Response>,
 ) -> Result<(), ClientError> {
     let mut stream = connect(socket)?;
     stream
@@ -168,12 +155,12 @@ pub fn stream(
         }
         let v: serde_json::Value = serde_json::from_slice(&line)
             .map_err(|e| ClientError::Io(anyhow::Error::new(e).context("bad event line")))?;
-        if let Err(errv) = each(&v) {
-            let msg = errv["error"]["message"]
-                .as_str()
-                .unwrap_or("the daemon refused")
-                .to_string();
-            return Err(if errv["error"]["code"] == "busy" {
+        if let Err(resp) = each(&v) {
+            let (code, msg) = match resp.error {
+                Some(e) => (Some(e.code), e.message),
+                None => (None, "the daemon refused".to_string()),
+            };
+            return Err(if code == Some(Code::Busy) {
                 ClientError::Busy(msg)
             } else {
                 ClientError::Io(anyhow::anyhow!("{msg}"))
@@ -181,4 +168,13 @@ pub fn stream(
         }
     }
     Ok(())
+}
+
+/// The first line of a stream: `Err` (to hand back from `stream`'s `each`)
+/// when it is a refusal (`"ok": false`), `Ok` otherwise.
+pub fn refusal(first: &serde_json::Value) -> Result<(), Response> {
+    match serde_json::from_value::<Response>(first.clone()) {
+        Ok(r) if !r.ok => Err(r),
+        _ => Ok(()),
+    }
 }

@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde_json::Value;
+use crate::procs::Holder;
+use crate::proto::data::{StatusData, WhoData};
 
 use crate::client;
 use crate::gpu::{self, Gpu, Roots};
@@ -239,22 +240,21 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
 
     let status = client::request(socket, &Request::Status {})
         .ok()
-        .and_then(|s| s.data);
+        .filter(|s| s.ok)
+        .and_then(|s| s.parse::<StatusData>().ok());
     match &status {
         Some(s) => r.say(
             Level::Ok,
             &format!(
                 "daemon running: backend {}, mode {}{}",
-                s["backend"].as_str().unwrap_or("?"),
-                s["mode"].as_str().unwrap_or("?"),
-                s["note"]
-                    .as_str()
+                s.backend.map_or_else(|| "?".to_string(), |b| b.to_string()),
+                s.mode,
+                s.note
+                    .as_deref()
                     .map(|n| format!(" (not fully in force: {n})"))
                     .unwrap_or_default()
             ),
-            s["backend_limits"]
-                .as_str()
-                .map(|l| format!("backend: {l}")),
+            (!s.backend_limits.is_empty()).then(|| format!("backend: {}", s.backend_limits)),
         ),
         None => r.say(
             Level::Warn,
@@ -264,45 +264,28 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
     }
 
     // Who keeps the offload GPUs awake right now.
-    let holders: Option<Value> = client::request(socket, &Request::Who { gpu: None })
+    let holders: Vec<Holder> = client::request(socket, &Request::Who { gpu: None })
         .ok()
-        .and_then(|r| r.data);
-    let holders = holders
-        .and_then(|h| h["holders"].as_array().cloned())
-        .unwrap_or_else(|| {
-            crate::procs::holders_of(&inv, &roots.procfs, None)
-                .unwrap_or_default()
-                .into_iter()
-                .filter_map(|h| serde_json::to_value(h).ok())
-                .collect()
-        });
+        .filter(|r| r.ok)
+        .and_then(|r| r.parse::<WhoData>().ok())
+        .map(|w| w.holders)
+        .unwrap_or_else(|| crate::procs::holders_of(&inv, &roots.procfs, None).unwrap_or_default());
     let offload: Vec<u32> = inv
         .gpus
         .iter()
         .filter(|g| g.offload)
         .map(|g| g.id)
         .collect();
-    let awake: Vec<&Value> = holders
+    let awake: Vec<&Holder> = holders
         .iter()
-        .filter(|h| {
-            h["gpu"]
-                .as_u64()
-                .is_some_and(|g| offload.contains(&(g as u32)))
-        })
+        .filter(|h| offload.contains(&h.gpu))
         .collect();
     if awake.is_empty() {
         r.say(Level::Ok, "no process holds an offload GPU open", None);
     } else {
         let list: Vec<String> = awake
             .iter()
-            .map(|h| {
-                format!(
-                    "{} (pid {}) holds {}",
-                    h["comm"].as_str().unwrap_or("?"),
-                    h["pid"],
-                    h["path"].as_str().unwrap_or("?")
-                )
-            })
+            .map(|h| format!("{} (pid {}) holds {}", h.comm, h.pid, h.path))
             .collect();
         r.say(
             Level::Warn,

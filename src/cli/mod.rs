@@ -6,11 +6,17 @@ mod doctor;
 mod power;
 mod table;
 
-use serde_json::{json, Value};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::client::{self, ClientError};
 use crate::exit;
 use crate::gpu::{self, Roots};
+use crate::proto::data::{
+    AppChanged, AppsData, AutoData, ConfigData, ConfigOne, GrantData, ListData, ListGpu, ModeData,
+    StatusData, WakesData, WhoData, SCHEMA,
+};
+use crate::proto::event::Event;
 use crate::proto::{AppAction, Code, Request, Response};
 use crate::{daemon, AppCmd, Cli, Cmd};
 
@@ -47,31 +53,46 @@ pub fn run(cli: Cli) -> u8 {
             }
         }
         Cmd::List { json } => list(&cli.socket, &roots, json),
-        Cmd::Get { json } => call(&cli.socket, &Request::Get {}, json, |d| {
-            format!("{}{}", d["mode"].as_str().unwrap_or("?"), note(d))
+        Cmd::Get { json } => call(&cli.socket, &Request::Get {}, json, |d: &ModeData| {
+            format!("{}{}", d.mode, note(d))
         }),
-        Cmd::Set { mode, force } => call(&cli.socket, &Request::Set { mode, force }, false, |d| {
-            format!("mode {}; {}", d["mode"].as_str().unwrap_or("?"), blocked(d))
-        }),
-        Cmd::Block { gpu, force } => {
-            call(&cli.socket, &Request::Block { gpu, force }, false, |d| {
-                format!("mode manual; {}", blocked(d))
-            })
-        }
-        Cmd::Unblock { gpu } => call(&cli.socket, &Request::Unblock { gpu }, false, |d| {
-            format!("mode manual; {}", blocked(d))
-        }),
-        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, |d| {
+        Cmd::Set { mode, force } => call(
+            &cli.socket,
+            &Request::Set { mode, force },
+            false,
+            |d: &ModeData| format!("mode {}; {}", d.mode, blocked(d)),
+        ),
+        Cmd::Block { gpu, force } => call(
+            &cli.socket,
+            &Request::Block { gpu, force },
+            false,
+            |d: &ModeData| format!("mode manual; {}", blocked(d)),
+        ),
+        Cmd::Unblock { gpu } => call(
+            &cli.socket,
+            &Request::Unblock { gpu },
+            false,
+            |d: &ModeData| format!("mode manual; {}", blocked(d)),
+        ),
+        Cmd::Status { json } => call(&cli.socket, &Request::Status {}, json, |d: &StatusData| {
             format!("{}{}", table::status(d), power::status_lines(d))
         }),
-        Cmd::Wakes { gpu, json } => call(&cli.socket, &Request::Wakes { gpu }, json, power::wakes),
+        Cmd::Wakes { gpu, json } => call(
+            &cli.socket,
+            &Request::Wakes { gpu },
+            json,
+            |d: &WakesData| power::wakes(d),
+        ),
         Cmd::Who { gpu, json } => who(&cli.socket, &roots, gpu, json),
         Cmd::Run { gpu, only, command } => run_cmd(&cli.socket, &roots, gpu, only, &command),
         Cmd::App { action } => app(&cli.socket, action),
         Cmd::Events { json } => events(&cli.socket, json),
-        Cmd::Auto { action, json } => {
-            call(&cli.socket, &Request::Auto { action }, json, table::auto)
-        }
+        Cmd::Auto { action, json } => call(
+            &cli.socket,
+            &Request::Auto { action },
+            json,
+            |d: &AutoData| table::auto(d),
+        ),
         Cmd::Tray => crate::desktop::tray::run(&cli.socket),
         Cmd::Watch { waybar, json: _ } => crate::desktop::watch::run(
             &cli.socket,
@@ -123,14 +144,10 @@ fn run_cmd(
     };
     let env: Vec<(String, String)> = match client::request(socket, &req) {
         Ok(resp) if resp.ok => {
-            let data = resp.data.unwrap_or_default();
-            let target: Option<gpu::Gpu> = serde_json::from_value(data["gpu"].clone()).ok();
-            match (target, data["env"].as_object()) {
+            let data: Option<GrantData> = resp.parse().ok();
+            match data.map(|d| (d.gpu, d.env)).unwrap_or_default() {
                 // The daemon knows every GPU (the NVIDIA provider needs them).
-                (Some(_), Some(env)) => env
-                    .iter()
-                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                    .collect(),
+                (Some(_), Some(env)) => env.0,
                 (Some(g), None) => owned(g.offload_env(&gpu::Inventory {
                     gpus: vec![g.clone()],
                 })),
@@ -199,12 +216,12 @@ fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
         AppCmd::Forget { .. } => "forgot",
         AppCmd::List { .. } => "",
     };
-    call(socket, &req, json, |d| {
-        if let Some(apps) = d["apps"].as_array() {
-            return table::apps(apps);
-        }
-        let mut out = format!("{verb} {}", d["path"].as_str().unwrap_or("?"));
-        if let Some(n) = d["note"].as_str() {
+    if verb.is_empty() {
+        return call(socket, &req, json, |d: &AppsData| table::apps(&d.apps));
+    }
+    call(socket, &req, json, |d: &AppChanged| {
+        let mut out = format!("{verb} {}", d.path);
+        if let Some(n) = &d.note {
             out.push_str(&format!("\nnote: {n}"));
         }
         out
@@ -226,7 +243,7 @@ fn config_cmd(
         key: key.clone(),
         value: value.clone(),
     };
-    let data = match client::request(socket, &req) {
+    let raw = match client::request(socket, &req) {
         Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
         Ok(resp) => return report(&resp),
         Err(ClientError::NotRunning(_)) if value.is_none() => {
@@ -236,32 +253,48 @@ fn config_cmd(
                 eprintln!("gpuctl: {w}");
             }
             let all = cfg.to_json();
-            match &key {
-                None => json!({ "path": file, "config": all }),
+            let data = match &key {
+                None => ConfigData::All {
+                    path: file.to_path_buf(),
+                    config: all,
+                },
                 Some(k) => match all.get(k) {
-                    Some(v) => json!({ "key": k, "value": v }),
+                    Some(v) => ConfigData::One(ConfigOne {
+                        key: k.clone(),
+                        value: v.clone(),
+                    }),
                     None => {
                         eprintln!("gpuctl: unknown key {k:?}");
                         return exit::USAGE;
                     }
                 },
-            }
+            };
+            serde_json::to_value(&data).unwrap_or(Value::Null)
         }
         Err(e) => return client_error(&e),
     };
     if as_json {
-        print_json(&data);
-    } else if let Some(all) = data["config"].as_object() {
-        for (k, v) in all {
+        print_json(&raw);
+        return exit::OK;
+    }
+    let data: ConfigData = match serde_json::from_value(raw) {
+        Ok(d) => d,
+        Err(e) => return not_understood(&format!("the daemon's answer is not understood: {e}")),
+    };
+    let null = Value::Null;
+    let (k, v) = (
+        data.key().map_or(null.clone(), |k| Value::String(k.into())),
+        data.value().unwrap_or(&null),
+    );
+    if let ConfigData::All { config, .. } = &data {
+        for (k, v) in config {
             println!("{k} = {}", show(v));
         }
     } else {
-        match (&value, data["note"].as_str()) {
-            (Some(_), Some(n)) => {
-                println!("{} = {} ({n})", show(&data["key"]), show(&data["value"]))
-            }
-            (Some(_), None) => println!("{} = {}", show(&data["key"]), show(&data["value"])),
-            (None, _) => println!("{}", show(&data["value"])),
+        match (&value, data.note()) {
+            (Some(_), Some(n)) => println!("{} = {} ({n})", show(&k), show(v)),
+            (Some(_), None) => println!("{} = {}", show(&k), show(v)),
+            (None, _) => println!("{}", show(v)),
         }
     }
     exit::OK
@@ -273,20 +306,21 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
     let res = client::stream(socket, &Request::Events {}, |v| {
         if first {
             first = false;
-            if v["ok"] == false {
-                return Err(v.clone());
-            }
+            client::refusal(v)?;
             if !json {
                 println!("{}", table::event_header());
             }
             return Ok(());
         }
         if json {
+            // Scripts get the line as the daemon sent it.
             println!("{v}");
-        } else if v["event"] == "denied" {
-            println!("{}", table::event(v));
-        } else {
-            println!("{}", power::event_line(v));
+            return Ok(());
+        }
+        match serde_json::from_value::<Event>(v.clone()) {
+            Ok(Event::Denied(d)) => println!("{}", table::event(&d)),
+            Ok(e) => println!("{}", power::event_line(&e, v)),
+            Err(_) => println!("{v}"),
         }
         Ok(())
     });
@@ -305,18 +339,15 @@ fn local_inventory(roots: &Roots) -> Result<gpu::Inventory, u8> {
     })
 }
 
-fn note(d: &Value) -> String {
-    match d["note"].as_str() {
+fn note(d: &ModeData) -> String {
+    match &d.note {
         Some(n) => format!(" (not fully in force: {n})"),
         None => String::new(),
     }
 }
 
-fn blocked(d: &Value) -> String {
-    let ids: Vec<String> = d["blocked"]
-        .as_array()
-        .map(|a| a.iter().map(|v| format!("GPU {v}")).collect())
-        .unwrap_or_default();
+fn blocked(d: &ModeData) -> String {
+    let ids: Vec<String> = d.blocked.iter().map(|v| format!("GPU {v}")).collect();
     if ids.is_empty() {
         "nothing blocked".to_string()
     } else {
@@ -365,20 +396,29 @@ fn client_error(e: &ClientError) -> u8 {
     }
 }
 
-/// Sends `req` and prints the answer with `human`, or as JSON.
-fn call(
+/// An answer this build cannot read (a much older or newer daemon).
+fn not_understood(e: &str) -> u8 {
+    eprintln!("gpuctl: {e}");
+    exit::ERROR
+}
+
+/// Sends `req` and prints the answer with `human`, or as JSON (as the
+/// daemon sent it: a newer daemon's fields pass through to scripts).
+fn call<T: DeserializeOwned>(
     socket: &std::path::Path,
     req: &Request,
     as_json: bool,
-    human: impl Fn(&Value) -> String,
+    human: impl Fn(&T) -> String,
 ) -> u8 {
     match client::request(socket, req) {
         Ok(resp) if resp.ok => {
-            let data = resp.data.unwrap_or(Value::Null);
             if as_json {
-                print_json(&data);
-            } else {
-                println!("{}", human(&data));
+                print_json(resp.data.as_ref().unwrap_or(&Value::Null));
+                return exit::OK;
+            }
+            match resp.parse::<T>() {
+                Ok(d) => println!("{}", human(&d)),
+                Err(e) => return not_understood(&e),
             }
             exit::OK
         }
@@ -388,20 +428,41 @@ fn call(
 }
 
 fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
-    let data = match client::request(socket, &Request::List {}) {
+    let raw = match client::request(socket, &Request::List {}) {
         Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
         Ok(resp) => return report(&resp),
         // No daemon: the hardware facts alone; mode, backend and blocked
         // are unknown (null).
         Err(ClientError::NotRunning(_)) => match local_inventory(roots) {
-            Ok(inv) => json!({"schema": 1, "mode": null, "backend": null, "gpus": inv.gpus}),
+            Ok(inv) => {
+                let d = ListData {
+                    schema: SCHEMA,
+                    mode: None,
+                    backend: None,
+                    gpus: inv
+                        .gpus
+                        .into_iter()
+                        .map(|gpu| ListGpu {
+                            gpu,
+                            runtime_pm: None,
+                        })
+                        .collect(),
+                };
+                serde_json::to_value(&d).unwrap_or(Value::Null)
+            }
             Err(code) => return code,
         },
         Err(e) => return client_error(&e),
     };
     if as_json {
-        print_json(&data);
+        print_json(&raw);
     } else {
+        let data: ListData = match serde_json::from_value(raw) {
+            Ok(d) => d,
+            Err(e) => {
+                return not_understood(&format!("the daemon's answer is not understood: {e}"))
+            }
+        };
         print!("{}", table::list(&data));
         print!("{}", power::list_notes(&data));
     }
@@ -409,7 +470,7 @@ fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
 }
 
 fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bool) -> u8 {
-    let data = match client::request(socket, &Request::Who { gpu: gpu.clone() }) {
+    let raw = match client::request(socket, &Request::Who { gpu: gpu.clone() }) {
         Ok(resp) if resp.ok => resp.data.unwrap_or(Value::Null),
         Ok(resp) => return report(&resp),
         Err(ClientError::NotRunning(_)) => {
@@ -420,7 +481,13 @@ fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bo
                 Err(code) => return code,
             };
             match crate::procs::holders_of(&inv, &roots.procfs, gpu.as_deref()) {
-                Ok(h) => json!({ "holders": h }),
+                Ok(holders) => {
+                    let d = WhoData {
+                        holders,
+                        hidden: None,
+                    };
+                    serde_json::to_value(&d).unwrap_or(Value::Null)
+                }
                 Err(e) => {
                     eprintln!("gpuctl: {e}");
                     return exit::USAGE;
@@ -430,8 +497,14 @@ fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bo
         Err(e) => return client_error(&e),
     };
     if as_json {
-        print_json(&data);
+        print_json(&raw);
     } else {
+        let data: WhoData = match serde_json::from_value(raw) {
+            Ok(d) => d,
+            Err(e) => {
+                return not_understood(&format!("the daemon's answer is not understood: {e}"))
+            }
+        };
         print!("{}", table::who(&data));
     }
     exit::OK

@@ -1,7 +1,11 @@
 //! Aligned tables for people. Input is the same JSON scripts get, so the
 //! table can never show something the JSON does not say.
 
-use serde_json::Value;
+use crate::automation::Power;
+use crate::gpu::{DevNum, Gpu};
+use crate::policy::Mode;
+use crate::proto::data::{AppEntry, AutoData, ListData, ListGpu, StatusData, WhoData};
+use crate::proto::event::Denied;
 
 /// Left-aligned columns, two spaces apart, no trailing blanks.
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
@@ -29,34 +33,26 @@ pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_string(),
-        Value::String(x) => x.clone(),
-        Value::Array(a) => a.iter().map(s).collect::<Vec<_>>().join(","),
-        other => other.to_string(),
-    }
+/// A fact for a cell: `-` when unknown.
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map_or_else(|| "-".to_string(), |x| x.to_string())
 }
 
 /// `NVIDIA GA107M [GeForce RTX 3050 Mobile]`; unknown parts left out.
-fn name(g: &Value) -> String {
-    let parts: Vec<&str> = [&g["vendor"], &g["name"]]
+fn name(g: &Gpu) -> String {
+    let parts: Vec<&str> = [&g.vendor, &g.name]
         .iter()
-        .filter_map(|v| v.as_str())
+        .filter_map(|v| v.as_deref())
         .collect();
     if parts.is_empty() {
-        format!(
-            "unknown device {}:{}",
-            s(&g["vendor_id"]),
-            s(&g["device_id"])
-        )
+        format!("unknown device {}:{}", g.vendor_id, g.device_id)
     } else {
         parts.join(" ")
     }
 }
 
-fn power(g: &Value) -> String {
-    match (g["power_state"].as_str(), g["runtime_status"].as_str()) {
+pub(super) fn power(power_state: Option<&str>, runtime_status: Option<&str>) -> String {
+    match (power_state, runtime_status) {
         (Some(p), Some(r)) => format!("{p} ({r})"),
         (Some(p), None) => p.to_string(),
         (None, Some(r)) => r.to_string(),
@@ -64,14 +60,9 @@ fn power(g: &Value) -> String {
     }
 }
 
-fn role(g: &Value) -> String {
-    let mut r = if g["default"] == true {
-        "default"
-    } else {
-        "offload"
-    }
-    .to_string();
-    match g["discrete"].as_bool() {
+fn role(g: &Gpu) -> String {
+    let mut r = if g.default { "default" } else { "offload" }.to_string();
+    match g.discrete {
         Some(true) => r.push_str(", discrete"),
         Some(false) => r.push_str(", integrated"),
         None => {}
@@ -79,12 +70,12 @@ fn role(g: &Value) -> String {
     r
 }
 
-fn nodes(g: &Value) -> String {
-    let mut n: Vec<String> = ["card", "render"]
+fn nodes(g: &Gpu) -> String {
+    let mut n: Vec<String> = [&g.card, &g.render]
         .iter()
-        .filter_map(|k| g[*k].as_str().map(str::to_string))
+        .filter_map(|v| (*v).clone())
         .collect();
-    if let Some(m) = g["nvidia_minor"].as_u64() {
+    if let Some(m) = g.nvidia_minor {
         n.push(format!("nvidia{m}"));
     }
     if n.is_empty() {
@@ -94,13 +85,12 @@ fn nodes(g: &Value) -> String {
     }
 }
 
-fn displays(g: &Value) -> String {
-    let d: Vec<String> = g["displays"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|d| d["status"] == "connected")
-        .filter_map(|d| d["connector"].as_str().map(str::to_string))
+fn displays(g: &Gpu) -> String {
+    let d: Vec<String> = g
+        .displays
+        .iter()
+        .filter(|d| d.connected())
+        .map(|d| d.connector.clone())
         .collect();
     if d.is_empty() {
         "-".to_string()
@@ -109,8 +99,8 @@ fn displays(g: &Value) -> String {
     }
 }
 
-fn blocked(v: &Value) -> String {
-    match v.as_bool() {
+fn blocked(v: Option<bool>) -> String {
+    match v {
         Some(true) => "yes".to_string(),
         Some(false) => "no".to_string(),
         None => "-".to_string(),
@@ -118,29 +108,29 @@ fn blocked(v: &Value) -> String {
 }
 
 /// `gpuctl list`.
-pub fn list(data: &Value) -> String {
-    let gpus = data["gpus"].as_array().cloned().unwrap_or_default();
-    let mut out = match data["mode"].as_str() {
-        Some(m) => format!("mode: {m} (backend: {})\n", s(&data["backend"])),
+pub fn list(data: &ListData) -> String {
+    let mut out = match data.mode {
+        Some(m) => format!("mode: {m} (backend: {})\n", opt(data.backend)),
         None => "mode: unknown (the daemon is not running)\n".to_string(),
     };
-    if gpus.is_empty() {
+    if data.gpus.is_empty() {
         out.push_str("No GPU found.\n");
         return out;
     }
-    let rows: Vec<Vec<String>> = gpus
+    let rows: Vec<Vec<String>> = data
+        .gpus
         .iter()
-        .map(|g| {
+        .map(|ListGpu { gpu: g, .. }| {
             vec![
-                s(&g["id"]),
-                s(&g["pci"]),
+                g.id.to_string(),
+                g.pci.to_string(),
                 name(g),
-                s(&g["driver"]),
+                opt(g.driver.as_deref()),
                 nodes(g),
                 role(g),
                 displays(g),
-                power(g),
-                blocked(&g["blocked"]),
+                power(g.power_state.as_deref(), g.runtime_status.as_deref()),
+                blocked(g.blocked),
             ]
         })
         .collect();
@@ -154,51 +144,45 @@ pub fn list(data: &Value) -> String {
 }
 
 /// `gpuctl status`.
-pub fn status(d: &Value) -> String {
+pub fn status(d: &StatusData) -> String {
     let mut out = format!(
         "daemon:   pid {}, version {}, up {} s\nbackend:  {} ({}{})\n          {}\nmode:     {}{}\n",
-        s(&d["daemon"]["pid"]),
-        s(&d["daemon"]["version"]),
-        s(&d["daemon"]["uptime_s"]),
-        s(&d["backend"]),
-        d["cgroup"]
-            .as_str()
-            .map(|c| format!("on cgroup {c}: "))
+        d.daemon.pid,
+        d.daemon.version,
+        d.daemon.uptime_s,
+        opt(d.backend),
+        d.cgroup
+            .as_ref()
+            .map(|c| format!("on cgroup {}: ", c.display()))
             .unwrap_or_default(),
-        if d["attached"] == true { "programs attached" } else { "nothing attached" },
-        s(&d["backend_limits"]),
-        s(&d["mode"]),
-        if d["force"] == true { " (--force)" } else { "" },
+        if d.attached { "programs attached" } else { "nothing attached" },
+        d.backend_limits,
+        d.mode,
+        if d.force { " (--force)" } else { "" },
     );
-    if let Some(why) = auto_why(&d["auto"]) {
+    if let Some(why) = d.auto.as_ref().and_then(auto_why) {
         out.push_str(&format!("why:      {why}\n"));
     }
-    if let Some(n) = d["note"].as_str() {
+    if let Some(n) = &d.note {
         out.push_str(&format!("note:     {n}\n"));
     }
-    if let Some(n) = d["state_not_saved"].as_str() {
+    if let Some(n) = &d.state_not_saved {
         out.push_str(&format!(
             "WARNING:  the mode is not saved ({n}); it will not survive a restart\n"
         ));
     }
-    let rows: Vec<Vec<String>> = d["gpus"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<Vec<String>> = d
+        .gpus
+        .iter()
         .map(|g| {
             vec![
-                s(&g["id"]),
-                s(&g["pci"]),
-                s(&g["name"]),
-                if g["default"] == true {
-                    "default"
-                } else {
-                    "offload"
-                }
-                .to_string(),
-                blocked(&g["blocked"]),
-                power(g),
-                s(&g["denied_opens"]),
+                g.id.to_string(),
+                opt(g.pci),
+                opt(g.name.as_deref()),
+                if g.default { "default" } else { "offload" }.to_string(),
+                blocked(g.blocked),
+                power(g.power_state.as_deref(), g.runtime_status.as_deref()),
+                g.denied_opens.to_string(),
             ]
         })
         .collect();
@@ -214,26 +198,26 @@ pub fn status(d: &Value) -> String {
         ],
         &rows,
     ));
-    if d["mode"] == "smart" {
+    if d.mode == Mode::Smart {
         out.push_str(&smart_status(d));
     }
     out.trim_end().to_string()
 }
 
 /// The smart-mode part of `gpuctl status`: hooks, settings, grants.
-fn smart_status(d: &Value) -> String {
-    let grants = d["grants"].as_array().cloned().unwrap_or_default();
+fn smart_status(d: &StatusData) -> String {
+    let grants = &d.grants;
     let mut out = format!(
         "\nsmart mode: fork/exec hooks {}; DRI_PRIME grants {}; {} granted process(es)",
-        if d["smart_hooks"] == true {
+        if d.smart_hooks {
             "attached"
         } else {
             "detached"
         },
-        if d["env_grants"] == true { "on" } else { "off" },
+        if d.env_grants { "on" } else { "off" },
         grants.len()
     );
-    let full = d["grants_refused_map_full"].as_u64().unwrap_or(0);
+    let full = d.grants_refused_map_full;
     if full > 0 {
         out.push_str(&format!(
             "; {full} grant(s) refused: the grant map was full"
@@ -245,11 +229,11 @@ fn smart_status(d: &Value) -> String {
             .iter()
             .map(|g| {
                 vec![
-                    s(&g["pid"]),
-                    s(&g["comm"]),
-                    s(&g["how"]),
-                    s(&g["gpus"]),
-                    if g["only"] == true { "only" } else { "" }.to_string(),
+                    g.pid.to_string(),
+                    opt(g.comm.as_deref()),
+                    g.how.as_ref().map_or_else(|| "-".to_string(), wire_name),
+                    g.gpus.to_string(),
+                    if g.only { "only" } else { "" }.to_string(),
                 ]
             })
             .collect();
@@ -262,20 +246,20 @@ fn smart_status(d: &Value) -> String {
 }
 
 /// `gpuctl who`.
-pub fn who(d: &Value) -> String {
-    let holders = d["holders"].as_array().cloned().unwrap_or_default();
-    if holders.is_empty() {
+pub fn who(d: &WhoData) -> String {
+    if d.holders.is_empty() {
         return "No process holds a GPU open.\n".to_string();
     }
-    let rows: Vec<Vec<String>> = holders
+    let rows: Vec<Vec<String>> = d
+        .holders
         .iter()
         .map(|h| {
             vec![
-                s(&h["gpu"]),
-                s(&h["pid"]),
-                s(&h["comm"]),
-                s(&h["path"]),
-                s(&h["node"]),
+                h.gpu.to_string(),
+                h.pid.to_string(),
+                h.comm.clone(),
+                h.path.clone(),
+                h.node.to_string(),
             ]
         })
         .collect();
@@ -283,7 +267,7 @@ pub fn who(d: &Value) -> String {
 }
 
 /// `gpuctl app list`.
-pub fn apps(apps: &[Value]) -> String {
+pub fn apps(apps: &[AppEntry]) -> String {
     if apps.is_empty() {
         return "No app rules.".to_string();
     }
@@ -291,11 +275,11 @@ pub fn apps(apps: &[Value]) -> String {
         .iter()
         .map(|a| {
             vec![
-                if a["allow"] == true { "allow" } else { "deny" }.to_string(),
-                s(&a["gpu"]),
-                s(&a["path"]),
-                a["error"]
-                    .as_str()
+                if a.allow { "allow" } else { "deny" }.to_string(),
+                opt(a.gpu),
+                a.path.clone(),
+                a.error
+                    .as_ref()
                     .map(|e| format!("not in force: {e}"))
                     .unwrap_or_default(),
             ]
@@ -311,27 +295,28 @@ pub fn event_header() -> String {
 }
 
 /// One line of `gpuctl events`.
-pub fn event(v: &Value) -> String {
-    let node = match v["node"].as_str() {
-        Some("0:0") => "sysfs file".to_string(),
-        _ => s(&v["node"]),
+pub fn event(v: &Denied) -> String {
+    let node = if v.node == Some(DevNum::new(0, 0)) {
+        "sysfs file".to_string()
+    } else {
+        opt(v.node)
     };
     format!(
         "{:<8}  {:<16}  {:<4}  {node}",
-        s(&v["pid"]),
-        s(&v["comm"]),
-        s(&v["gpu"])
+        opt(v.pid),
+        opt(v.comm.as_deref()),
+        v.gpu
     )
 }
 
 /// Why the mode is in force, from the `auto` object of `status`:
 /// `auto: on battery since 10:42`. `None` when automation is not set up.
-fn auto_why(a: &Value) -> Option<String> {
-    let why = a["why"].as_str()?;
+fn auto_why(a: &AutoData) -> Option<String> {
+    let why = a.why.as_deref()?;
     if !why.starts_with("auto:") {
-        return (a["active"] == true || why.starts_with("manual")).then(|| why.to_string());
+        return (a.active || why.starts_with("manual")).then(|| why.to_string());
     }
-    Some(match a["since"].as_u64().and_then(local_hhmm) {
+    Some(match a.since.and_then(local_hhmm) {
         Some(t) if why.starts_with("auto: on ") => format!("{why} since {t}"),
         _ => why.to_string(),
     })
@@ -349,33 +334,42 @@ fn local_hhmm(secs: u64) -> Option<String> {
 }
 
 /// `gpuctl auto [on|off|status]`.
-pub fn auto(d: &Value) -> String {
-    let r = &d["rules"];
+pub fn auto(d: &AutoData) -> String {
+    let r = &d.rules;
     let mut out = format!(
         "automation: {}{}\nrules:      on_battery = {}, on_ac = {}, external_display = {}\npower:      {}\nmode:       {}",
-        if d["enabled"] == true { "on" } else { "off (gpuctl auto on)" },
-        if d["active"] == true || d["enabled"] != true {
+        if d.enabled { "on" } else { "off (gpuctl auto on)" },
+        if d.active || !d.enabled {
             ""
         } else {
             " (no rule set: gpuctl config auto.on_battery integrated)"
         },
-        s(&r["on_battery"]),
-        s(&r["on_ac"]),
-        s(&r["external_display"]),
-        match d["power"].as_str() {
-            Some("ac") => "AC",
-            Some("battery") => "battery",
+        wire_name(&r.on_battery),
+        wire_name(&r.on_ac),
+        wire_name(&r.external_display),
+        match d.power {
+            Some(Power::Ac) => "AC",
+            Some(Power::Battery) => "battery",
             _ => "unknown",
         },
-        s(&d["mode"]),
+        d.mode,
     );
-    if let Some(why) = auto_why(d).or_else(|| d["why"].as_str().map(str::to_string)) {
+    if let Some(why) = auto_why(d).or_else(|| d.why.clone()) {
         out.push_str(&format!(" ({why})"));
     }
-    if d["resume_watch"] == false {
+    if !d.resume_watch {
         out.push_str("\nnote:       not re-evaluated after a resume (no timerfd)");
     }
     out
+}
+
+/// A unit enum value as its JSON string (`integrated`, `unblock`).
+fn wire_name<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "-".to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -396,7 +390,12 @@ mod tests {
 
     #[test]
     fn empty_list_says_so() {
-        let t = list(&serde_json::json!({"schema":1,"mode":null,"backend":null,"gpus":[]}));
+        let t = list(
+            &serde_json::from_value(
+                serde_json::json!({"schema":1,"mode":null,"backend":null,"gpus":[]}),
+            )
+            .unwrap(),
+        );
         assert!(t.contains("No GPU found."));
         assert!(t.contains("daemon is not running"));
     }

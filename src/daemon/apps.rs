@@ -12,9 +12,9 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use crate::proto::data::{AppEntry, AppsData};
 use anyhow::{Context, Result};
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
-use serde_json::{json, Value};
 
 use super::core::Core;
 use super::log::log;
@@ -120,16 +120,18 @@ impl Apps {
     }
 
     /// `app list`: every rule of `choice`, with why it is not in force.
-    pub fn list_json(&self, choice: &Choice) -> Value {
-        let apps: Vec<Value> = choice
+    pub fn list_json(&self, choice: &Choice) -> AppsData {
+        let apps: Vec<AppEntry> = choice
             .apps
             .iter()
-            .map(|(p, r)| {
-                json!({"path": p, "allow": r.allow, "gpu": r.gpu,
-                       "error": self.errors.get(p)})
+            .map(|(p, r)| AppEntry {
+                path: p.clone(),
+                allow: r.allow,
+                gpu: r.gpu,
+                error: self.errors.get(p).cloned(),
             })
             .collect();
-        json!({ "apps": apps })
+        AppsData { apps }
     }
 
     /// Watches the directory holding `path` (once per directory).

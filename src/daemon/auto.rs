@@ -28,9 +28,10 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
+use crate::proto::data::{AutoData, AutoRules};
+use crate::proto::event::{Event, ModeEvent};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
 use super::core::Core;
 use super::log::log;
@@ -74,7 +75,7 @@ pub struct Auto {
     /// Readable after a clock set or a resume; `None` if refused.
     clock: Option<OwnedFd>,
     /// `mode` events for subscribers, sent by the loop.
-    outbox: Vec<Value>,
+    outbox: Vec<Event>,
     /// Why the last save of `auto.json` failed, if it did.
     save_error: Option<String>,
 }
@@ -162,7 +163,7 @@ impl Auto {
     }
 
     /// The `mode` events queued since the last call, for subscribers.
-    pub fn take_events(&mut self) -> Vec<Value> {
+    pub fn take_events(&mut self) -> Vec<Event> {
         std::mem::take(&mut self.outbox)
     }
 
@@ -365,12 +366,11 @@ impl Auto {
 
     /// The rules' mode is in force: tells subscribers (a `mode` event).
     pub fn announce(&mut self, mode: Mode, why: &Why, trigger: &str) {
-        self.outbox.push(json!({
-            "event": "mode",
-            "mode": mode,
-            "reason": "auto",
-            "detail": why.to_string(),
-            "trigger": trigger,
+        self.outbox.push(Event::Mode(ModeEvent {
+            mode,
+            reason: "auto".into(),
+            detail: Some(why.to_string()),
+            trigger: Some(trigger.to_string()),
         }));
     }
 
@@ -382,11 +382,11 @@ impl Auto {
             self.why = Some(Why::Manual);
             self.save();
         }
-        self.outbox.push(json!({
-            "event": "mode",
-            "mode": mode,
-            "reason": "manual",
-            "detail": format!("gpuctl set/block/unblock; blocking {}", blocking),
+        self.outbox.push(Event::Mode(ModeEvent {
+            mode,
+            reason: "manual".into(),
+            detail: Some(format!("gpuctl set/block/unblock; blocking {blocking}")),
+            trigger: None,
         }));
     }
 
@@ -399,23 +399,23 @@ impl Auto {
     }
 
     /// The automation part of `status` and `auto status`.
-    pub fn json(&self, rules: &Rules, mode: Mode) -> Value {
-        json!({
-            "active": rules.any() && self.enabled,
-            "enabled": self.enabled,
-            "rules": {
-                "on_battery": rules.on_battery,
-                "on_ac": rules.on_ac,
-                "external_display": rules.external_display,
+    pub fn json(&self, rules: &Rules, mode: Mode) -> AutoData {
+        AutoData {
+            active: rules.any() && self.enabled,
+            enabled: self.enabled,
+            rules: AutoRules {
+                on_battery: rules.on_battery,
+                on_ac: rules.on_ac,
+                external_display: rules.external_display,
             },
-            "power": self.power,
-            "since": self.since.map(unix_secs),
-            "manual_override": self.overridden,
-            "pending": self.settle.is_some(),
-            "mode": mode,
-            "why": self.why.as_ref().map(|w| w.to_string()),
-            "resume_watch": self.clock.is_some(),
-        })
+            power: self.power,
+            since: self.since.map(unix_secs),
+            manual_override: self.overridden,
+            pending: self.settle.is_some(),
+            mode,
+            why: self.why.as_ref().map(|w| w.to_string()),
+            resume_watch: self.clock.is_some(),
+        }
     }
 }
 

@@ -112,8 +112,9 @@ impl Config {
         None
     }
 
-    /// The config as `key → value` JSON, tables flattened to `table.key`.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// The config as `key → value` JSON, tables flattened to `table.key`
+    /// (`proto::data::ConfigData`).
+    pub fn to_json(&self) -> serde_json::Map<String, serde_json::Value> {
         let mut out = serde_json::Map::new();
         if let Ok(serde_json::Value::Object(top)) = serde_json::to_value(self) {
             for (k, v) in top {
@@ -129,7 +130,7 @@ impl Config {
                 }
             }
         }
-        serde_json::Value::Object(out)
+        out
     }
 }
 

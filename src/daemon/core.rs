@@ -13,8 +13,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use crate::proto::data::ModeData;
 use anyhow::Result;
-use serde_json::{json, Value};
 
 use super::config::Config;
 use super::log::log;
@@ -249,13 +249,13 @@ impl Core {
         Ok(applied)
     }
 
-    pub fn mode_json(&self) -> Value {
-        json!({
-            "mode": self.choice.mode,
-            "force": self.choice.force,
-            "blocked": self.plan.blocked,
-            "note": self.note,
-        })
+    pub fn mode_json(&self) -> ModeData {
+        ModeData {
+            mode: self.choice.mode,
+            force: self.choice.force,
+            blocked: self.plan.blocked.iter().copied().collect(),
+            note: self.note.clone(),
+        }
     }
 
     pub fn gpus_with_blocked(&self) -> Vec<gpu::Gpu> {

@@ -22,8 +22,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::proto::data::{GrantGpus, GrantView};
+use crate::proto::redact::{withhold, Viewer};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 use super::auth::{self, Peer};
 use super::log::log;
@@ -340,34 +341,33 @@ impl Grants {
 
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
-    pub fn view(
-        &mut self,
-        enforcer: &Enforcer,
-        viewer: Option<&Peer>,
-        privileged: bool,
-    ) -> serde_json::Value {
+    pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64) {
         let mut live = self.sweep(enforcer);
         live.sort_by_key(|(g, _)| g.pid);
-        let mut hidden = 0;
-        let shown: Vec<serde_json::Value> = live
-            .into_iter()
-            .filter(|(_, uid)| {
-                let ok = privileged || viewer.is_some_and(|v| Some(v.uid) == *uid);
-                hidden += usize::from(!ok);
-                ok
-            })
-            .map(|(g, uid)| {
-                let comm = std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
-                    .map(|c| c.trim().to_string())
-                    .ok();
-                let gpus: Vec<u32> = (0..bpf::MAX_GPUS)
-                    .filter(|i| g.gpus & (1 << i) != 0)
-                    .collect();
-                json!({"pid": g.pid, "comm": comm, "uid": uid, "how": g.how, "only": g.only,
-                       "gpus": if g.gpus == u32::MAX { json!("all") } else { json!(gpus) }})
-            })
-            .collect();
-        json!({ "shown": shown, "hidden": hidden })
+        let views = live.into_iter().map(|(g, uid)| GrantView {
+            pid: g.pid,
+            comm: None,
+            uid,
+            how: Some(g.how),
+            only: g.only,
+            gpus: if g.gpus == u32::MAX {
+                GrantGpus::All
+            } else {
+                GrantGpus::Ids(
+                    (0..bpf::MAX_GPUS)
+                        .filter(|i| g.gpus & (1 << i) != 0)
+                        .collect(),
+                )
+            },
+        });
+        // The command name is read only for the grants shown.
+        let (mut shown, hidden) = withhold(views.collect(), viewer);
+        for v in &mut shown {
+            v.comm = std::fs::read_to_string(format!("/proc/{}/comm", v.pid))
+                .map(|c| c.trim().to_string())
+                .ok();
+        }
+        (shown, hidden)
     }
 }
 

@@ -13,11 +13,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
-use serde_json::{json, Value};
-
 use crate::bpf::power::{PmEvent, PowerMon, Role, Waker, Watch, RPM_ACTIVE, RPM_SUSPENDED};
 use crate::gpu::{Inventory, PciAddr};
+use crate::proto::data::{
+    self, ListGpu, PowerMonitor, ProgramStats, Residency, RuntimePm, StatusGpu, TopWaker, Wake,
+    WakesData, WakesGpu, Watched,
+};
+use crate::proto::event::{Event, PowerEvent, SleepEvent};
 
 /// Wakes kept (all GPUs together); older ones are dropped.
 pub const HISTORY: usize = 256;
@@ -33,24 +35,23 @@ pub struct Counters {
     pub active_ms: u64,
 }
 
-/// Time asleep and awake over a span.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Residency {
-    /// `null` when no time has passed (nothing to divide by).
-    pub asleep_pct: Option<f64>,
-    pub asleep_s: f64,
-    pub awake_s: f64,
+/// Time asleep and awake over a span (`proto::data::Residency`).
+fn residency_of(c: Counters) -> Residency {
+    let total = c.suspended_ms + c.active_ms;
+    Residency {
+        asleep_pct: (total > 0)
+            .then(|| (c.suspended_ms as f64 * 1000.0 / total as f64).round() / 10.0),
+        asleep_s: c.suspended_ms as f64 / 1000.0,
+        awake_s: c.active_ms as f64 / 1000.0,
+    }
 }
 
-impl Residency {
-    fn of(c: Counters) -> Residency {
-        let total = c.suspended_ms + c.active_ms;
-        Residency {
-            asleep_pct: (total > 0)
-                .then(|| (c.suspended_ms as f64 * 1000.0 / total as f64).round() / 10.0),
-            asleep_s: c.suspended_ms as f64 / 1000.0,
-            awake_s: c.active_ms as f64 / 1000.0,
-        }
+/// The wire name of a watched device's role.
+fn role(r: Role) -> data::Role {
+    match r {
+        Role::Gpu => data::Role::Gpu,
+        Role::Sibling => data::Role::Sibling,
+        Role::Bridge => data::Role::Bridge,
     }
 }
 
@@ -60,10 +61,10 @@ impl Residency {
 /// is then `now` alone, and `true` says the base must be reset.
 pub fn residency_since(base: Counters, now: Counters) -> (Residency, bool) {
     if now.suspended_ms < base.suspended_ms || now.active_ms < base.active_ms {
-        return (Residency::of(now), true);
+        return (residency_of(now), true);
     }
     (
-        Residency::of(Counters {
+        residency_of(Counters {
             suspended_ms: now.suspended_ms - base.suspended_ms,
             active_ms: now.active_ms - base.active_ms,
         }),
@@ -85,38 +86,6 @@ pub fn read_counters(dev_dir: &Path) -> Option<Counters> {
         suspended_ms: n("power/runtime_suspended_time")?,
         active_ms: n("power/runtime_active_time")?,
     })
-}
-
-/// One wake of a watched device (`gpuctl wakes`, the `wake` event).
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Wake {
-    pub gpu: u32,
-    /// The GPU's PCI address.
-    pub pci: String,
-    /// The device that woke: the GPU function, a sibling or the bridge.
-    pub device: String,
-    pub role: Role,
-    /// Unix time, seconds.
-    pub ts: f64,
-    pub pid: Option<u32>,
-    pub tgid: Option<u32>,
-    pub comm: Option<String>,
-    pub uid: Option<u32>,
-    /// `read /sys/bus/pci/devices/0000:01:00.0/config`, `open /dev/dri/card1`.
-    pub what: Option<String>,
-    /// The operation alone: `open`, `read`, `write`, `ioctl`, `mmap`.
-    pub op: Option<String>,
-    /// The file alone.
-    pub file: Option<String>,
-    /// A kernel thread resumed it (a kworker, for a driver).
-    pub kworker: bool,
-    /// An asynchronous resume request.
-    pub r#async: bool,
-    /// How long the GPU stayed awake; `null` while it is awake (or for a
-    /// sibling or bridge).
-    pub awake_ms: Option<u64>,
-    #[serde(skip)]
-    mono_ns: u64,
 }
 
 fn op_of(syscall: Option<u32>) -> Option<&'static str> {
@@ -159,40 +128,39 @@ pub fn file_from_parts(parts: &[String], mnt: Option<&str>) -> Option<String> {
     Some(format!(".../{}", rev.join("/")))
 }
 
-impl Wake {
-    fn new(e: &PmEvent, pci: &str, ts: f64) -> Wake {
-        let w: Option<&Waker> = e.waker.as_ref();
-        let op = w.and_then(|w| op_of(w.syscall)).map(str::to_string);
-        let file = w.and_then(|w| {
-            w.opened
-                .clone()
-                .filter(|s| !s.is_empty())
-                .or_else(|| file_from_parts(&w.fd_path, w.mnt.as_deref()))
-        });
-        let what = match (&op, &file) {
-            (Some(o), Some(f)) => Some(format!("{o} {f}")),
-            (Some(o), None) => Some(o.clone()),
-            (None, Some(f)) => Some(f.clone()),
-            (None, None) => None,
-        };
-        Wake {
-            gpu: e.gpu,
-            pci: pci.to_string(),
-            device: e.dev.clone(),
-            role: e.role,
-            ts,
-            pid: w.map(|w| w.pid),
-            tgid: w.map(|w| w.tgid),
-            comm: w.map(|w| w.comm.clone()),
-            uid: w.filter(|w| !w.kthread).map(|w| w.uid),
-            what,
-            op,
-            file,
-            kworker: w.is_some_and(|w| w.kthread),
-            r#async: w.is_some_and(|w| w.r#async),
-            awake_ms: None,
-            mono_ns: e.ts,
-        }
+/// One wake, from the kernel's transition and the task that started it.
+fn new_wake(e: &PmEvent, pci: &str, ts: f64) -> Wake {
+    let w: Option<&Waker> = e.waker.as_ref();
+    let op = w.and_then(|w| op_of(w.syscall)).map(str::to_string);
+    let file = w.and_then(|w| {
+        w.opened
+            .clone()
+            .filter(|s| !s.is_empty())
+            .or_else(|| file_from_parts(&w.fd_path, w.mnt.as_deref()))
+    });
+    let what = match (&op, &file) {
+        (Some(o), Some(f)) => Some(format!("{o} {f}")),
+        (Some(o), None) => Some(o.clone()),
+        (None, Some(f)) => Some(f.clone()),
+        (None, None) => None,
+    };
+    Wake {
+        gpu: e.gpu,
+        pci: pci.to_string(),
+        device: e.dev.clone(),
+        role: role(e.role),
+        ts: Some(ts),
+        pid: w.map(|w| w.pid),
+        tgid: w.map(|w| w.tgid),
+        comm: w.map(|w| w.comm.clone()),
+        uid: w.filter(|w| !w.kthread).map(|w| w.uid),
+        what,
+        op,
+        file,
+        kworker: w.is_some_and(|w| w.kthread),
+        r#async: w.is_some_and(|w| w.r#async),
+        awake_ms: None,
+        mono_ns: e.ts,
     }
 }
 
@@ -366,8 +334,8 @@ impl Power {
         }
     }
 
-    /// Drains the kernel's transitions; returns the event lines to stream.
-    pub fn on_ready(&mut self) -> Vec<Value> {
+    /// Drains the kernel's transitions; returns the events to stream.
+    pub fn on_ready(&mut self) -> Vec<Event> {
         let events = match &mut self.mon {
             Some(m) => m.drain(),
             None => return Vec::new(),
@@ -380,8 +348,8 @@ impl Power {
         out
     }
 
-    /// One transition: history, counts, and the event lines it makes.
-    fn apply(&mut self, e: &PmEvent, ts: f64) -> Vec<Value> {
+    /// One transition: history, counts, and the events it makes.
+    fn apply(&mut self, e: &PmEvent, ts: f64) -> Vec<Event> {
         let was = self.last.insert(e.dev.clone(), e.status);
         let Some(g) = self.gpus.get_mut(&e.gpu) else {
             return Vec::new();
@@ -395,18 +363,13 @@ impl Power {
             )
         };
         if e.status == RPM_ACTIVE && was == Some(RPM_SUSPENDED) {
-            let wake = Wake::new(e, &pci, ts);
+            let wake = new_wake(e, &pci, ts);
             if e.role == Role::Gpu {
                 g.wakes += 1;
                 g.awake_since_ns = Some(e.ts);
                 count_waker(&mut g.wakers, &wake);
             }
-            if let Ok(mut v) = serde_json::to_value(&wake) {
-                if let Some(o) = v.as_object_mut() {
-                    o.shift_insert(0, "event".into(), json!("wake"));
-                }
-                out.push(v);
-            }
+            out.push(Event::Wake(wake.clone()));
             self.history.push_back(wake);
             while self.history.len() > HISTORY {
                 self.history.pop_front();
@@ -428,8 +391,13 @@ impl Power {
                 }
             }
             let (ps, _) = state(&g.dir);
-            out.push(json!({"event": "sleep", "gpu": e.gpu, "pci": pci, "ts": ts,
-                            "awake_ms": awake_ms, "power_state": ps}));
+            out.push(Event::Sleep(SleepEvent {
+                gpu: e.gpu,
+                pci: pci.clone(),
+                ts: Some(ts),
+                awake_ms,
+                power_state: ps,
+            }));
         }
         if e.role == Role::Gpu {
             // The status the kernel settled in (sysfs may have moved on);
@@ -440,26 +408,24 @@ impl Power {
             } else {
                 "suspended"
             };
-            out.push(json!({"event": "power", "gpu": e.gpu, "pci": pci,
-                            "power_state": ps, "runtime_status": rs}));
+            out.push(Event::Power(PowerEvent {
+                gpu: e.gpu,
+                pci,
+                power_state: ps,
+                runtime_status: rs.to_string(),
+            }));
         }
         out
     }
 
-    /// The `runtime_pm` object of one GPU (`null` for a GPU not watched).
-    pub fn gpu_json(&mut self, id: u32, viewer: Viewer) -> Value {
+    /// The `runtime_pm` object of one GPU (`None` for a GPU not watched),
+    /// whole: the caller shows it through `for_viewer`.
+    pub fn gpu_json(&mut self, id: u32) -> Option<RuntimePm> {
         let kernel_wakes = |dev: &str| self.mon.as_ref().map(|m| m.kernel_wakes(dev));
-        let Some(g) = self.gpus.get(&id) else {
-            return Value::Null;
-        };
+        let g = self.gpus.get(&id)?;
         // The kernel's count (complete even if the ring buffer overflowed).
-        let wakes = match kernel_wakes(&g.pci.to_string()) {
-            Some(k) => json!(k.unwrap_or(g.wakes)),
-            None => Value::Null,
-        };
-        let Some(g) = self.gpus.get_mut(&id) else {
-            return Value::Null;
-        };
+        let wakes = kernel_wakes(&g.pci.to_string()).map(|k| k.unwrap_or(g.wakes));
+        let g = self.gpus.get_mut(&id)?;
         let now = read_counters(&g.dir);
         let since_start = match (g.base, now) {
             (Some(b), Some(n)) => {
@@ -475,86 +441,93 @@ impl Power {
                 // The counters appeared (driver bound later): start now.
                 g.base = Some(n);
                 g.since = unix_now();
-                Some(Residency::of(Counters::default()))
+                Some(residency_of(Counters::default()))
             }
             _ => None,
         };
         let mut top: Vec<(&(String, Option<u32>), &u64)> = g.wakers.iter().collect();
         top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-        let top: Vec<Value> = top
+        let top_wakers: Vec<TopWaker> = top
             .into_iter()
             .take(TOP)
-            .map(|((comm, uid), n)| {
-                let shown = viewer.is_none() || *uid == viewer;
-                json!({"comm": shown.then_some(comm), "uid": if shown { *uid } else { None }, "wakes": n})
+            .map(|((comm, uid), n)| TopWaker {
+                comm: Some(comm.clone()),
+                uid: *uid,
+                wakes: *n,
             })
             .collect();
         let pci = g.pci.to_string();
-        let mut last = self
+        let last_wake = self
             .history
             .iter()
             .rev()
-            .find(|w| w.device == pci && w.role == Role::Gpu)
-            .and_then(|w| serde_json::to_value(w).ok())
-            .unwrap_or(Value::Null);
-        redact_wake(&mut last, viewer);
-        json!({
-            "since": (g.since * 1000.0).round() / 1000.0,
-            "since_start": since_start,
-            "since_boot": now.map(Residency::of),
-            "counters_reset": g.reset,
-            "wakes": wakes,
-            "awake_since": g.awake_since_ns.map(to_unix),
-            "last_wake": last,
-            "top_wakers": top,
-            "watched": g.watched.iter().map(|w| json!({"device": w.dev, "role": w.role})).collect::<Vec<_>>(),
+            .find(|w| w.device == pci && w.role == data::Role::Gpu)
+            .cloned();
+        Some(RuntimePm {
+            since: (g.since * 1000.0).round() / 1000.0,
+            since_start,
+            since_boot: now.map(residency_of),
+            counters_reset: g.reset,
+            wakes,
+            awake_since: g.awake_since_ns.map(to_unix),
+            last_wake,
+            top_wakers,
+            watched: g
+                .watched
+                .iter()
+                .map(|w| Watched {
+                    device: w.dev.clone(),
+                    role: role(w.role),
+                })
+                .collect(),
         })
     }
 
-    /// Adds `runtime_pm` to each GPU object of a `list`/`status` answer.
-    pub fn annotate(&mut self, gpus: &mut [Value], viewer: Viewer) {
+    /// Adds `runtime_pm` to each GPU of a `list` answer.
+    pub fn annotate_list(&mut self, gpus: &mut [ListGpu]) {
         for g in gpus {
-            let Some(id) = g["id"].as_u64() else { continue };
-            let v = self.gpu_json(id as u32, viewer);
-            if let Some(o) = g.as_object_mut() {
-                o.insert("runtime_pm".into(), v);
-            }
+            g.runtime_pm = Some(self.gpu_json(g.gpu.id));
+        }
+    }
+
+    /// Adds `runtime_pm` to each GPU of a `status` answer.
+    pub fn annotate_status(&mut self, gpus: &mut [StatusGpu]) {
+        for g in gpus {
+            g.runtime_pm = self.gpu_json(g.id);
         }
     }
 
     /// The top-level status fields, with each program's run count and
     /// total run time (non-zero only while `kernel.bpf_stats_enabled` is 1).
-    pub fn status_json(&self) -> Value {
+    pub fn status_json(&self) -> PowerMonitor {
         let programs = self.mon.as_ref().map(PowerMon::stats).unwrap_or_default();
-        let programs: Vec<Value> = programs
-            .into_iter()
-            .map(|(name, id, cnt, ns)| {
-                json!({"name": name, "prog_id": id, "run_cnt": cnt, "run_time_ns": ns})
-            })
-            .collect();
-        json!({"running": self.mon.is_some(), "error": self.error, "programs": programs})
+        PowerMonitor {
+            running: self.mon.is_some(),
+            error: self.error.clone(),
+            programs: programs
+                .into_iter()
+                .map(|(name, prog_id, run_cnt, run_time_ns)| ProgramStats {
+                    name: name.to_string(),
+                    prog_id,
+                    run_cnt,
+                    run_time_ns,
+                })
+                .collect(),
+        }
     }
 
-    /// The `wakes` request: the history (oldest first), for one GPU or all.
-    pub fn wakes_json(
-        &mut self,
-        inv: &Inventory,
-        arg: Option<&str>,
-        viewer: Viewer,
-    ) -> Result<Value, String> {
+    /// The `wakes` request: the history (oldest first), for one GPU or
+    /// all, whole (the caller shows it through `for_viewer`).
+    pub fn wakes_json(&mut self, inv: &Inventory, arg: Option<&str>) -> Result<WakesData, String> {
         let only = match arg {
             Some(a) => Some(inv.find(a)?.id),
             None => None,
         };
-        let wakes: Vec<Value> = self
+        let wakes: Vec<Wake> = self
             .history
             .iter()
             .filter(|w| only.is_none_or(|id| w.gpu == id))
-            .filter_map(|w| serde_json::to_value(w).ok())
-            .map(|mut v| {
-                redact_wake(&mut v, viewer);
-                v
-            })
+            .cloned()
             .collect();
         let ids: Vec<u32> = inv
             .gpus
@@ -562,45 +535,28 @@ impl Power {
             .filter(|g| g.offload && only.is_none_or(|id| g.id == id))
             .map(|g| g.id)
             .collect();
-        let gpus: Vec<Value> = ids
+        let gpus: Vec<WakesGpu> = ids
             .into_iter()
             .map(|id| {
                 let g = inv.gpus.iter().find(|g| g.id == id);
-                json!({
-                    "id": id,
-                    "pci": g.map(|g| g.pci),
-                    "name": g.and_then(|g| g.name.clone()),
-                    "power_state": g.and_then(|g| g.power_state.clone()),
-                    "runtime_status": g.and_then(|g| g.runtime_status.clone()),
-                    "runtime_pm": self.gpu_json(id, viewer),
-                })
+                WakesGpu {
+                    id,
+                    pci: g.map(|g| g.pci),
+                    name: g.and_then(|g| g.name.clone()),
+                    power_state: g.and_then(|g| g.power_state.clone()),
+                    runtime_status: g.and_then(|g| g.runtime_status.clone()),
+                    runtime_pm: self.gpu_json(id),
+                }
             })
             .collect();
-        Ok(
-            json!({"schema": 1, "attributed": self.mon.is_some(), "error": self.error,
-                  "history_max": HISTORY, "gpus": gpus, "wakes": wakes}),
-        )
-    }
-}
-
-/// Who is looking: `None` sees every waker (root and the configured
-/// group); `Some(uid)` (a plain user) sees only that uid's processes (and
-/// kernel threads), as for `denied` events and `who`.
-pub type Viewer = Option<u32>;
-
-/// Hides another user's process from a plain user: pid, command, uid and
-/// the file it touched become `null` (the wake itself and its times stay).
-pub fn redact_wake(w: &mut Value, viewer: Viewer) {
-    let Some(me) = viewer else { return };
-    if w["kworker"] == true || w["uid"].as_u64() == Some(u64::from(me)) {
-        return;
-    }
-    if let Some(o) = w.as_object_mut() {
-        for k in ["pid", "tgid", "comm", "uid", "what", "file"] {
-            if o.contains_key(k) {
-                o.insert(k.into(), Value::Null);
-            }
-        }
+        Ok(WakesData {
+            schema: data::SCHEMA,
+            attributed: self.mon.is_some(),
+            error: self.error.clone(),
+            history_max: HISTORY as u64,
+            gpus,
+            wakes,
+        })
     }
 }
 
@@ -621,6 +577,16 @@ fn count_waker(wakers: &mut BTreeMap<(String, Option<u32>), u64>, w: &Wake) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::redact::{Redact, Viewer};
+    use serde_json::{json, Value};
+
+    fn val<T: serde::Serialize>(v: T) -> Value {
+        serde_json::to_value(v).unwrap()
+    }
+
+    fn vals(v: Vec<Event>) -> Vec<Value> {
+        v.into_iter().map(val).collect()
+    }
     use crate::bpf::power::Waker;
 
     fn c(s: u64, a: u64) -> Counters {
@@ -639,8 +605,8 @@ mod tests {
         // Nothing elapsed: no percentage rather than a division by zero.
         let (r, _) = residency_since(c(5, 5), c(5, 5));
         assert_eq!(r.asleep_pct, None);
-        assert_eq!(Residency::of(c(0, 0)).asleep_pct, None);
-        assert_eq!(Residency::of(c(1, 2)).asleep_pct, Some(33.3));
+        assert_eq!(residency_of(c(0, 0)).asleep_pct, None);
+        assert_eq!(residency_of(c(1, 2)).asleep_pct, Some(33.3));
     }
 
     #[test]
@@ -716,7 +682,7 @@ mod tests {
     #[test]
     fn wake_then_sleep_makes_events_and_history() {
         let mut p = power_with_gpu();
-        let out = p.apply(
+        let out = vals(p.apply(
             &ev(
                 "0000:00:01.0",
                 Role::Bridge,
@@ -725,10 +691,10 @@ mod tests {
                 Some(lspci()),
             ),
             100.0,
-        );
+        ));
         assert_eq!(out[0]["event"], "wake");
         assert_eq!(out[0]["role"], "bridge");
-        let out = p.apply(
+        let out = vals(p.apply(
             &ev(
                 "0000:01:00.0",
                 Role::Gpu,
@@ -737,7 +703,7 @@ mod tests {
                 Some(lspci()),
             ),
             100.0,
-        );
+        ));
         let wake = &out[0];
         assert_eq!(wake["event"], "wake");
         assert_eq!(
@@ -758,7 +724,7 @@ mod tests {
         );
         assert_eq!(wake["awake_ms"], Value::Null);
         assert_eq!(out[1]["event"], "power");
-        let out = p.apply(
+        let out = vals(p.apply(
             &ev(
                 "0000:01:00.0",
                 Role::Gpu,
@@ -767,10 +733,10 @@ mod tests {
                 None,
             ),
             102.1,
-        );
+        ));
         assert_eq!(out[0]["event"], "sleep");
         assert_eq!(out[0]["awake_ms"], 2100);
-        let j = p.gpu_json(1, None);
+        let j = val(p.gpu_json(1));
         assert_eq!(j["wakes"], Value::Null, "no programs: the count is unknown");
         assert_eq!(j["last_wake"]["awake_ms"], 2100);
         assert_eq!(
@@ -780,19 +746,18 @@ mod tests {
         assert_eq!(p.gpus[&1].wakes, 1, "bridge wakes are not GPU wakes");
         assert_eq!(p.history.len(), 2);
         // A wake with no known cause still counts; active twice is one wake.
-        let out = p.apply(
+        let out = vals(p.apply(
             &ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, 4_000_000_000, None),
             103.0,
-        );
+        ));
         assert_eq!(out[0]["event"], "wake");
         assert_eq!(out[0]["comm"], Value::Null);
-        assert!(p
-            .apply(
-                &ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, 4_100_000_000, None),
-                103.1
-            )
-            .iter()
-            .all(|v| v["event"] != "wake"));
+        assert!(vals(p.apply(
+            &ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, 4_100_000_000, None),
+            103.1
+        ))
+        .iter()
+        .all(|v| v["event"] != "wake"));
         assert_eq!(p.gpus[&1].wakes, 2);
     }
 
@@ -809,9 +774,9 @@ mod tests {
             ),
             100.0,
         );
-        let own = p.gpu_json(1, Some(1000));
+        let own = val(p.gpu_json(1).map(|j| j.for_viewer(Viewer::user(1000))));
         assert_eq!(own["last_wake"]["comm"], "lspci");
-        let other = p.gpu_json(1, Some(1001));
+        let other = val(p.gpu_json(1).map(|j| j.for_viewer(Viewer::user(1001))));
         assert_eq!(other["last_wake"]["comm"], Value::Null);
         assert_eq!(other["last_wake"]["pid"], Value::Null);
         assert_eq!(other["last_wake"]["file"], Value::Null);
@@ -820,9 +785,9 @@ mod tests {
             other["top_wakers"][0],
             json!({"comm": null, "uid": null, "wakes": 1})
         );
-        let mut k = serde_json::to_value(&p.history[0]).unwrap();
-        k["kworker"] = json!(true);
-        redact_wake(&mut k, Some(1001));
+        let mut k = p.history[0].clone();
+        k.kworker = true;
+        let k = val(k.for_viewer(Viewer::user(1001)));
         assert_eq!(k["comm"], "lspci", "kernel threads are nobody's secret");
     }
 
@@ -847,7 +812,7 @@ mod tests {
     #[test]
     fn waker_names_are_bounded() {
         let mut m = BTreeMap::new();
-        let mut w = Wake::new(&ev("x", Role::Gpu, RPM_ACTIVE, 0, Some(lspci())), "x", 0.0);
+        let mut w = new_wake(&ev("x", Role::Gpu, RPM_ACTIVE, 0, Some(lspci())), "x", 0.0);
         for _ in 0..3 {
             count_waker(&mut m, &w);
         }
@@ -900,7 +865,7 @@ mod tests {
         k.comm = "kworker/1:2".into();
         k.syscall = None;
         k.fd_path.clear();
-        let w = Wake::new(
+        let w = new_wake(
             &ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, 0, Some(k)),
             "0000:01:00.0",
             0.0,

@@ -9,24 +9,19 @@
 
 use std::collections::BTreeSet;
 
-use serde_json::{json, Value};
-
 use crate::gpu::Inventory;
 use crate::policy::{self, Choice, Mode, Plan};
+use crate::proto::data::Modes;
+use crate::proto::event::{Blocked, Event, GrantEvent};
 
 #[derive(Default)]
 pub struct Push {
     /// The mode and blocked GPU ids last announced.
     last: Option<(Mode, BTreeSet<u32>)>,
     /// Events queued by request handlers (grants), sent after the turn.
-    outbox: Vec<Outgoing>,
-}
-
-/// An event with the uid it concerns: pid and command name go only to root,
-/// the group and that user (the rule `denied` follows).
-pub struct Outgoing {
-    pub event: Value,
-    pub uid: Option<u32>,
+    /// Each says whose it is: pid and command name go only to root, the
+    /// group and that user (the rule `denied` follows; `proto::redact`).
+    outbox: Vec<Event>,
 }
 
 impl Push {
@@ -41,7 +36,7 @@ impl Push {
 
     /// The events that bring a subscriber from the last announced state to
     /// the one in force: one `blocked` per GPU whose blocked state changed.
-    pub fn changes(&mut self, inv: &Inventory, choice: &Choice, plan: &Plan) -> Vec<Value> {
+    pub fn changes(&mut self, inv: &Inventory, choice: &Choice, plan: &Plan) -> Vec<Event> {
         let now: BTreeSet<u32> = plan.blocked.iter().copied().collect();
         let (mode0, blocked0) = match &self.last {
             Some((m, b)) if *m == choice.mode && *b == now => return Vec::new(),
@@ -54,11 +49,11 @@ impl Push {
             if was == is {
                 continue;
             }
-            let displays: Vec<&str> = g
+            let displays: Vec<String> = g
                 .displays
                 .iter()
                 .filter(|d| d.connected())
-                .map(|d| d.connector.as_str())
+                .map(|d| d.connector.clone())
                 .collect();
             // Unblocked while the mode still wants it blocked: a display
             // appeared on one of its ports.
@@ -67,13 +62,12 @@ impl Push {
             } else {
                 "mode"
             };
-            out.push(json!({
-                "event": "blocked",
-                "gpu": g.id,
-                "pci": g.pci,
-                "blocked": is,
-                "reason": reason,
-                "displays": displays,
+            out.push(Event::Blocked(Blocked {
+                gpu: g.id,
+                pci: Some(g.pci),
+                blocked: is,
+                reason: reason.to_string(),
+                displays,
             }));
         }
         self.last = Some((choice.mode, now));
@@ -83,36 +77,28 @@ impl Push {
     /// What to send subscribers this turn: what changed in `core` since
     /// the last announcement, then the queued events. Taken even when
     /// nobody listens, so nothing is announced late.
-    pub fn take(&mut self, core: &super::core::Core) -> Vec<Outgoing> {
+    pub fn take(&mut self, core: &super::core::Core) -> Vec<Event> {
         let changed = self.changes(core.inventory(), core.choice(), core.plan());
         let queued = std::mem::take(&mut self.outbox);
-        changed
-            .into_iter()
-            .map(|event| Outgoing { event, uid: None })
-            .chain(queued)
-            .collect()
+        changed.into_iter().chain(queued).collect()
     }
 
     /// A `gpuctl run` grant was made.
     pub fn grant(&mut self, pid: i32, uid: u32, comm: &str, gpu: u32, only: bool) {
-        self.outbox.push(Outgoing {
-            event: json!({
-                "event": "grant",
-                "pid": pid,
-                "comm": comm,
-                "uid": uid,
-                "gpus": [gpu],
-                "how": if only { "run --only" } else { "run" },
-            }),
+        self.outbox.push(Event::Grant(GrantEvent {
+            pid: Some(pid),
+            comm: Some(comm.to_string()),
             uid: Some(uid),
-        });
+            gpus: vec![gpu],
+            how: if only { "run --only" } else { "run" }.to_string(),
+        }));
     }
 }
 
 /// Which modes this machine can be put in now: `null` for each that can,
 /// the refusal's sentence for each that cannot (`status --json` `modes`).
-pub fn modes(inv: &Inventory, choice: &Choice) -> Value {
-    let mut out = serde_json::Map::new();
+pub fn modes(inv: &Inventory, choice: &Choice) -> Modes {
+    let mut out = Modes::default();
     for mode in [Mode::Hybrid, Mode::Integrated, Mode::Smart, Mode::Manual] {
         let why = if mode != Mode::Hybrid && !inv.gpus.iter().any(|g| g.offload) {
             Some("this machine has no offload GPU".to_string())
@@ -131,30 +117,21 @@ pub fn modes(inv: &Inventory, choice: &Choice) -> Value {
             .err()
             .map(|r| r.0)
         };
-        out.insert(mode.to_string(), why.map_or(Value::Null, Value::String));
+        out.set(mode, why);
     }
-    Value::Object(out)
-}
-
-/// Hides pid, uid and command name from a subscriber who may not see them.
-pub fn redact(event: &Value, uid: Option<u32>, privileged: bool, viewer: Option<u32>) -> Value {
-    let mut v = event.clone();
-    if !privileged && (uid.is_none() || uid != viewer) {
-        if let Value::Object(o) = &mut v {
-            for k in ["pid", "comm", "uid"] {
-                if o.contains_key(k) {
-                    o.insert(k.into(), Value::Null);
-                }
-            }
-        }
-    }
-    v
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::policy::Choice;
+    use crate::proto::redact::Viewer;
+    use serde_json::Value;
+
+    fn vals(v: Vec<Event>) -> Vec<Value> {
+        v.iter().map(Event::to_value).collect()
+    }
 
     fn gpu(id: u32, pci: &str, default: bool) -> crate::gpu::Gpu {
         let vendor = if default { "8086" } else { "10de" };
@@ -179,7 +156,7 @@ mod tests {
             connector: "HDMI-A-1".into(),
             status: Some("connected".into()),
         });
-        let ev = p.changes(&inv, &integrated, &policy::plan(&inv, &integrated).unwrap());
+        let ev = vals(p.changes(&inv, &integrated, &policy::plan(&inv, &integrated).unwrap()));
         assert_eq!(ev.len(), 1, "{ev:?}");
         assert_eq!(ev[0]["blocked"], false);
         assert_eq!(ev[0]["reason"], "display");
@@ -199,7 +176,7 @@ mod tests {
             ..Choice::default()
         };
         let plan = policy::plan(&inv, &integrated).unwrap();
-        let ev = p.changes(&inv, &integrated, &plan);
+        let ev = vals(p.changes(&inv, &integrated, &plan));
         assert_eq!(ev.len(), 1, "{ev:?}");
         assert_eq!(ev[0]["event"], "blocked");
         assert_eq!(ev[0]["gpu"], 1);
@@ -211,24 +188,28 @@ mod tests {
     #[test]
     fn modes_say_why_not() {
         let inv = laptop();
-        let m = modes(&inv, &Choice::default());
+        let m = serde_json::to_value(modes(&inv, &Choice::default())).unwrap();
         assert_eq!(m["hybrid"], Value::Null);
         assert_eq!(m["integrated"], Value::Null);
         let mut one = inv.clone();
         one.gpus.retain(|g| g.default);
-        let m = modes(&one, &Choice::default());
+        let m = serde_json::to_value(modes(&one, &Choice::default())).unwrap();
         assert_eq!(m["integrated"], "this machine has no offload GPU");
         assert_eq!(m["hybrid"], Value::Null);
     }
 
     #[test]
     fn redacts_other_users() {
-        let e = json!({"event": "grant", "pid": 5, "comm": "game", "uid": 1000});
-        assert_eq!(
-            redact(&e, Some(1000), false, Some(1001))["pid"],
-            Value::Null
-        );
-        assert_eq!(redact(&e, Some(1000), false, Some(1000))["pid"], 5);
-        assert_eq!(redact(&e, Some(1000), true, Some(0))["comm"], "game");
+        let e = Event::Grant(GrantEvent {
+            pid: Some(5),
+            comm: Some("game".into()),
+            uid: Some(1000),
+            gpus: vec![1],
+            how: "run".into(),
+        });
+        let redact = |v: Viewer| e.clone().for_viewer(v).to_value();
+        assert_eq!(redact(Viewer::user(1001))["pid"], Value::Null);
+        assert_eq!(redact(Viewer::user(1000))["pid"], 5);
+        assert_eq!(redact(Viewer::ALL)["comm"], "game");
     }
 }

@@ -13,16 +13,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use serde_json::json;
 
 use super::auth::{self, Peer};
 use super::handlers::{self, viewer};
 use super::lifetime::{self, Signals, Watchdog};
 use super::log::log;
-use super::power;
-use super::push::redact;
 use super::server::{Conn, Server};
 use super::Daemon;
+use crate::proto::event::{Denied, Event};
 
 /// What an fd in the poll set is. The set holds the sources in this order,
 /// which is the order they are served in (the stop pipe first; the
@@ -160,7 +158,7 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
         server.accept(now, &|p: &Peer| p.may_change(gid));
     }
     for e in d.auto.take_events() {
-        server.broadcast(&|_: &Conn| Some(e.clone()));
+        server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
     }
     announce(d, server);
     d.core.persist();
@@ -229,12 +227,8 @@ fn on_ready(
 
 /// Runtime-PM events (wake, sleep) to subscribers, redacted per viewer.
 fn send_wakes(d: &mut Daemon, server: &mut Server) {
-    for line in d.power.on_ready() {
-        server.broadcast(&|c: &Conn| {
-            let mut v = line.clone();
-            power::redact_wake(&mut v, viewer(c));
-            Some(v)
-        });
+    for e in d.power.on_ready() {
+        server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
     }
 }
 
@@ -243,17 +237,14 @@ fn send_denials(d: &mut Daemon, server: &mut Server) {
     for e in d.core.enforcer.drain_events() {
         // Other users' pids and command names only to root and the
         // group; a plain user sees their own, and the count.
-        server.broadcast(&|c: &Conn| {
-            let mine = c.privileged || c.peer.as_ref().is_some_and(|p| p.uid == e.uid);
-            Some(json!({
-                "event": "denied",
-                "pid": mine.then_some(e.pid),
-                "comm": mine.then_some(e.comm.as_str()),
-                "uid": mine.then_some(e.uid),
-                "gpu": e.gpu,
-                "node": e.node,
-            }))
+        let ev = Event::Denied(Denied {
+            pid: Some(e.pid),
+            comm: Some(e.comm.clone()),
+            uid: Some(e.uid),
+            gpu: e.gpu,
+            node: Some(e.node),
         });
+        server.broadcast(&|c: &Conn| Some(ev.clone().for_viewer(viewer(c)).to_value()));
     }
 }
 
@@ -278,10 +269,7 @@ fn announce(d: &mut Daemon, server: &mut Server) {
         return;
     }
     for e in all {
-        server.broadcast(&|c: &Conn| {
-            let viewer = c.peer.as_ref().map(|p| p.uid);
-            Some(redact(&e.event, e.uid, c.privileged, viewer))
-        });
+        server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
     }
 }
 

@@ -10,19 +10,20 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::time::SystemTime;
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-use serde_json::{json, Value};
-
 use super::model::{Action, State};
 use crate::client::{self, ClientError};
-use crate::proto::{Request, Response};
+use crate::proto::data::{StatusData, WhoData};
+use crate::proto::event::Event;
+use crate::proto::{AppAction, AutoAction, Code, Request, Response};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 pub enum Msg {
     /// The stream is open: fetch the whole state.
     Up,
-    /// One event line from the daemon.
-    Event(Value),
+    /// One event from the daemon, and for a denial of one of our own
+    /// processes its executable (read here, at once).
+    Event(Box<Event>, Option<String>),
     /// No daemon (or it refused the stream): why.
     Down(String),
     /// The user picked a menu entry.
@@ -38,16 +39,16 @@ pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
             let res = client::stream(&socket, &Request::Events {}, |v| {
                 if !up {
                     up = true;
-                    if v["ok"] == false {
-                        return Err(v.clone());
-                    }
+                    client::refusal(v)?;
                     last_down.clear();
                     retried = false;
                     return tx.send(Msg::Up).map_err(|_| stop());
                 }
-                let mut v = v.clone();
-                add_exe(&mut v);
-                tx.send(Msg::Event(v)).map_err(|_| stop())
+                // A line this build cannot read still says something
+                // changed (a newer daemon's): the state is fetched again.
+                let e = serde_json::from_value::<Event>(v.clone()).unwrap_or(Event::Unknown);
+                let exe = exe_of(&e);
+                tx.send(Msg::Event(Box::new(e), exe)).map_err(|_| stop())
             });
             let why = match res {
                 // The stream ended: try once at once (a restarted daemon
@@ -73,25 +74,18 @@ pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
 
 const STOP: &str = "the session loop stopped";
 
-fn stop() -> Value {
-    json!({"ok": false, "error": {"code": "internal", "message": STOP}})
+fn stop() -> Response {
+    Response::err(Code::Internal, STOP)
 }
 
 /// A denial of one of our own processes: name its executable now, while
 /// the process (often short-lived) still exists, for "Allow this app".
-fn add_exe(v: &mut Value) {
-    if v["event"] != "denied" {
-        return;
-    }
-    let Some(pid) = v["pid"].as_u64() else { return };
-    if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
-        if let (Some(o), Some(s)) = (v.as_object_mut(), exe.to_str()) {
-            // A deleted or replaced file cannot be allowed by path.
-            if !s.ends_with(" (deleted)") {
-                o.insert("exe".into(), json!(s));
-            }
-        }
-    }
+fn exe_of(e: &Event) -> Option<String> {
+    let Event::Denied(d) = e else { return None };
+    let exe = std::fs::read_link(format!("/proc/{}/exe", d.pid?)).ok()?;
+    let s = exe.to_str()?;
+    // A deleted or replaced file cannot be allowed by path.
+    (!s.ends_with(" (deleted)")).then(|| s.to_string())
 }
 
 /// Returns when the socket's directory changes, or after 2 s.
@@ -126,21 +120,17 @@ fn wait_for_socket(socket: &Path) {
 /// Re-reads what the daemon knows (`status` and `who`) into `state`.
 pub fn fetch(socket: &Path, state: &mut State) {
     match client::request(socket, &Request::Status {}) {
-        Ok(Response {
-            ok: true,
-            data: Some(st),
-            ..
-        }) => {
-            state.set_status(st, SystemTime::now());
-            if let Ok(Response {
-                ok: true,
-                data: Some(w),
-                ..
-            }) = client::request(socket, &Request::Who { gpu: None })
-            {
-                state.holders = w["holders"].as_array().cloned().unwrap_or_default();
+        Ok(r) if r.ok => match r.parse::<StatusData>() {
+            Ok(st) => {
+                state.set_status(st, SystemTime::now());
+                if let Ok(w) = client::request(socket, &Request::Who { gpu: None }) {
+                    if let Ok(w) = w.parse::<WhoData>() {
+                        state.holders = w.holders;
+                    }
+                }
             }
-        }
+            Err(e) => state.set_down(e),
+        },
         Ok(r) => state.set_down(
             r.error
                 .map_or("the daemon refused `status`".into(), |e| e.message),
@@ -152,14 +142,26 @@ pub fn fetch(socket: &Path, state: &mut State) {
 /// Carries out a menu action; `Err` is the sentence to show the user.
 pub fn perform(socket: &Path, action: &Action) -> Result<(), String> {
     let req = match action {
-        Action::SetMode(m) => json!({"type": "set", "mode": m}),
-        Action::Block(g) => json!({"type": "block", "gpu": g.to_string()}),
-        Action::Unblock(g) => json!({"type": "unblock", "gpu": g.to_string()}),
-        Action::Allow(path) => json!({"type": "app", "action": "allow", "path": path}),
-        Action::Auto(on) => json!({"type": "auto", "action": if *on { "on" } else { "off" }}),
+        Action::SetMode(m) => Request::Set {
+            mode: m.clone(),
+            force: false,
+        },
+        Action::Block(g) => Request::Block {
+            gpu: g.to_string(),
+            force: false,
+        },
+        Action::Unblock(g) => Request::Unblock { gpu: g.to_string() },
+        Action::Allow(path) => Request::App {
+            action: AppAction::Allow,
+            path: Some(path.clone()),
+            gpu: None,
+        },
+        Action::Auto(on) => Request::Auto {
+            action: Some(if *on { AutoAction::On } else { AutoAction::Off }),
+        },
         Action::Quit => return Ok(()),
     };
-    match client::request_value(socket, &req) {
+    match client::request(socket, &req) {
         Ok(Response { ok: true, .. }) => Ok(()),
         Ok(r) => Err(r.error.map_or("the daemon refused".into(), |e| e.message)),
         Err(e) => Err(e.to_string()),

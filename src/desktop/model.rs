@@ -5,7 +5,13 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::SystemTime;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::policy::Mode;
+use crate::procs::Holder;
+use crate::proto::data::{AutoData, StatusData, StatusGpu};
+use crate::proto::event::Event;
 
 /// Recent denials kept for the menu.
 pub const RECENT_DENIALS: usize = 5;
@@ -63,10 +69,10 @@ pub enum Action {
 #[derive(Default)]
 pub struct State {
     /// `status --json` data, or why there is none.
-    pub status: Option<Value>,
+    pub status: Option<StatusData>,
     pub down: Option<String>,
     /// `who` holders (only those this user may see).
-    pub holders: Vec<Value>,
+    pub holders: Vec<Holder>,
     pub denials: VecDeque<Denial>,
     /// Since when (as seen here) each GPU has been suspended.
     pub asleep_since: BTreeMap<u64, SystemTime>,
@@ -74,27 +80,24 @@ pub struct State {
     pub last_error: Option<String>,
 }
 
-fn offload(status: &Value) -> Vec<&Value> {
-    status["gpus"]
-        .as_array()
-        .map(|a| a.iter().filter(|g| g["default"] == false).collect())
-        .unwrap_or_default()
+fn offload(status: &StatusData) -> Vec<&StatusGpu> {
+    status.gpus.iter().filter(|g| !g.default).collect()
 }
 
-fn awake(g: &Value) -> bool {
+fn awake(g: &StatusGpu) -> bool {
     // runtime_status is what runtime PM says; power_state the D-state.
-    match g["runtime_status"].as_str() {
+    match g.runtime_status.as_deref() {
         Some("active" | "resuming") => true,
         Some(_) => false,
-        None => matches!(g["power_state"].as_str(), Some("D0")),
+        None => matches!(g.power_state.as_deref(), Some("D0")),
     }
 }
 
-fn asleep(g: &Value) -> bool {
-    match g["runtime_status"].as_str() {
+fn asleep(g: &StatusGpu) -> bool {
+    match g.runtime_status.as_deref() {
         Some("suspended" | "suspending") => true,
         Some(_) => false,
-        None => matches!(g["power_state"].as_str(), Some("D3hot" | "D3cold")),
+        None => matches!(g.power_state.as_deref(), Some("D3hot" | "D3cold")),
     }
 }
 
@@ -116,13 +119,11 @@ pub fn clock(t: SystemTime) -> String {
 
 impl State {
     pub fn mode(&self) -> Option<&str> {
-        self.status.as_ref().and_then(|s| s["mode"].as_str())
+        self.status.as_ref().map(|s| s.mode.as_str())
     }
 
     pub fn may_change(&self) -> bool {
-        self.status
-            .as_ref()
-            .is_some_and(|s| s["may_change"] != false)
+        self.status.as_ref().is_some_and(|s| s.may_change)
     }
 
     pub fn look(&self) -> Look {
@@ -134,7 +135,7 @@ impl State {
             Look::Unknown
         } else if gpus.iter().any(|g| awake(g)) {
             Look::Awake
-        } else if gpus.iter().all(|g| g["blocked"] == true) {
+        } else if gpus.iter().all(|g| g.blocked == Some(true)) {
             Look::Blocked
         } else if gpus.iter().all(|g| asleep(g)) {
             Look::Asleep
@@ -144,9 +145,9 @@ impl State {
     }
 
     /// Takes a fresh `status` answer: tracks when each GPU fell asleep.
-    pub fn set_status(&mut self, status: Value, now: SystemTime) {
+    pub fn set_status(&mut self, status: StatusData, now: SystemTime) {
         for g in offload(&status) {
-            let Some(id) = g["id"].as_u64() else { continue };
+            let id = u64::from(g.id);
             if asleep(g) {
                 self.asleep_since.entry(id).or_insert(now);
             } else {
@@ -196,33 +197,41 @@ impl State {
                 .unwrap_or_else(|| "the gpuctl daemon is not running".into());
         };
         let mut lines = Vec::new();
-        for g in st["gpus"].as_array().into_iter().flatten() {
-            let id = g["id"].as_u64().unwrap_or(0);
-            let name = g["name"].as_str().unwrap_or("GPU");
+        for g in &st.gpus {
+            let id = u64::from(g.id);
+            let name = g.name.as_deref().unwrap_or("GPU");
             let mut l = format!("GPU {id} {name}");
-            if g["default"] == true {
+            if g.default {
                 l.push_str(": default");
             } else {
-                let ps = g["power_state"].as_str().unwrap_or("?");
+                let ps = g.power_state.as_deref().unwrap_or("?");
                 if awake(g) {
                     l.push_str(&format!(": awake ({ps})"));
                 } else if asleep(g) {
                     // The daemon's residency (power monitor) if it has it,
                     // else since this client saw it fall asleep.
-                    let since = g["runtime_pm"]["awake_since"]
-                        .is_null()
+                    let since = g
+                        .runtime_pm
+                        .as_ref()
+                        .and_then(|p| p.awake_since)
+                        .is_none()
                         .then(|| self.asleep_since.get(&id))
                         .flatten()
                         .map(|t| format!(", since {}", clock(*t)))
                         .unwrap_or_default();
                     l.push_str(&format!(": asleep ({ps}{since})"));
-                    if let Some(p) = g["runtime_pm"]["since_start"]["asleep_pct"].as_f64() {
+                    if let Some(p) = g
+                        .runtime_pm
+                        .as_ref()
+                        .and_then(|p| p.since_start)
+                        .and_then(|r| r.asleep_pct)
+                    {
                         l.push_str(&format!(", {p:.0}% asleep since the daemon started"));
                     }
                 } else {
                     l.push_str(&format!(": power {ps}"));
                 }
-                l.push_str(if g["blocked"] == true {
+                l.push_str(if g.blocked == Some(true) {
                     ", blocked"
                 } else {
                     ", usable"
@@ -231,15 +240,15 @@ impl State {
             let held: Vec<String> = self
                 .holders
                 .iter()
-                .filter(|h| h["gpu"].as_u64() == Some(id))
-                .map(|h| format!("{} ({})", h["comm"].as_str().unwrap_or("?"), h["pid"]))
+                .filter(|h| h.gpu == g.id)
+                .map(|h| format!("{} ({})", h.comm, h.pid))
                 .collect();
             if !held.is_empty() {
                 l.push_str(&format!("; held by {}", held.join(", ")));
             }
             lines.push(l);
         }
-        if let Some(n) = st["note"].as_str() {
+        if let Some(n) = &st.note {
             lines.push(format!("not fully in force: {n}"));
         }
         if !self.may_change() {
@@ -255,39 +264,55 @@ impl State {
     /// modules read `text`, `tooltip`, `class`, `alt`).
     pub fn waybar(&self) -> Value {
         let look = self.look();
-        json!({
-            "text": self.text(),
-            "tooltip": format!("{}\n{}", self.title(), self.tooltip()),
-            "class": [look.name(), self.mode().unwrap_or("down")],
-            "alt": look.name(),
+        to_value(&Waybar {
+            text: self.text(),
+            tooltip: format!("{}\n{}", self.title(), self.tooltip()),
+            class: [look.name(), self.mode().unwrap_or("down")],
+            alt: look.name(),
         })
     }
 
     /// The `watch --json` line: the facts, for scripts.
     pub fn json(&self) -> Value {
         let Some(st) = &self.status else {
-            return json!({"daemon": "down", "mode": null, "state": "down",
-                          "reason": self.down, "gpus": []});
+            return to_value(&WatchDown {
+                daemon: "down",
+                mode: None,
+                state: "down",
+                reason: self.down.as_deref(),
+                gpus: [],
+            });
         };
-        let gpus: Vec<Value> = st["gpus"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|g| {
-                let id = g["id"].as_u64();
-                json!({
-                    "id": g["id"], "pci": g["pci"], "name": g["name"],
-                    "default": g["default"], "blocked": g["blocked"],
-                    "power_state": g["power_state"], "runtime_status": g["runtime_status"],
-                    "holders": self.holders.iter()
-                        .filter(|h| h["gpu"].as_u64() == id)
-                        .map(|h| json!({"pid": h["pid"], "comm": h["comm"]}))
-                        .collect::<Vec<_>>(),
-                })
+        let gpus: Vec<WatchGpu> = st
+            .gpus
+            .iter()
+            .map(|g| WatchGpu {
+                id: g.id,
+                pci: g.pci.map(|p| p.to_string()),
+                name: g.name.as_deref(),
+                default: g.default,
+                blocked: g.blocked,
+                power_state: g.power_state.as_deref(),
+                runtime_status: g.runtime_status.as_deref(),
+                holders: self
+                    .holders
+                    .iter()
+                    .filter(|h| h.gpu == g.id)
+                    .map(|h| WatchHolder {
+                        pid: h.pid,
+                        comm: &h.comm,
+                    })
+                    .collect(),
             })
             .collect();
-        json!({"daemon": "running", "mode": st["mode"], "state": self.look().name(),
-               "may_change": self.may_change(), "auto": st["auto"], "gpus": gpus})
+        to_value(&WatchUp {
+            daemon: "running",
+            mode: st.mode,
+            state: self.look().name(),
+            may_change: self.may_change(),
+            auto: st.auto.as_ref(),
+            gpus,
+        })
     }
 
     /// The menu, top to bottom.
@@ -312,9 +337,9 @@ impl State {
             m.push(Item::label(e.clone()));
         }
         m.push(Item::Separator);
-        let current = st["mode"].as_str().unwrap_or("");
+        let current = st.mode.as_str();
         for mode in ["hybrid", "integrated", "smart", "manual"] {
-            let why = st["modes"][mode].as_str();
+            let why = st.modes.why_not(mode);
             let mut label = capitalize(mode);
             if let Some(w) = why {
                 label = format!("{label} (unavailable: {w})");
@@ -329,12 +354,12 @@ impl State {
         if current == "manual" {
             m.push(Item::Separator);
             for g in offload(st) {
-                let id = g["id"].as_u64().unwrap_or(0);
-                let blocked = g["blocked"] == true;
+                let id = u64::from(g.id);
+                let blocked = g.blocked == Some(true);
                 m.push(Item::Check {
                     label: format!(
                         "Block GPU {id} ({})",
-                        g["name"].as_str().unwrap_or("offload GPU")
+                        g.name.as_deref().unwrap_or("offload GPU")
                     ),
                     on: blocked,
                     enabled: may,
@@ -380,9 +405,9 @@ impl State {
                 items: denials,
             });
         }
-        match st["auto"]["enabled"].as_bool() {
-            Some(on) => m.push(Item::Check {
-                label: if on && st["auto"]["active"] == false {
+        match st.auto.as_ref().map(|a| (a.enabled, a.active)) {
+            Some((on, active)) => m.push(Item::Check {
+                label: if on && !active {
                     "Automatic modes (no rule set: gpuctl config auto.on_battery …)".into()
                 } else {
                     "Automatic modes".into()
@@ -401,7 +426,7 @@ impl State {
     }
 }
 
-fn may_not_change(st: &Value) -> String {
+fn may_not_change(st: &StatusData) -> String {
     let _ = st;
     "You may not change modes (needs root or the gpuctl group)".to_string()
 }
@@ -457,99 +482,90 @@ impl Item {
 
 /// A human line for one event (`gpuctl events` without --json, and the
 /// notifications).
-pub fn describe(v: &Value) -> Option<(String, String)> {
-    let gpu = || {
-        v["gpu"]
-            .as_u64()
-            .map_or("a GPU".into(), |g| format!("GPU {g}"))
-    };
-    let who = || match (v["comm"].as_str(), v["pid"].as_u64()) {
+pub fn describe(e: &Event) -> Option<(String, String)> {
+    let gpu = |g: u32| format!("GPU {g}");
+    let who = |comm: &Option<String>, pid: Option<u64>| match (comm, pid) {
         (Some(c), Some(p)) => format!("{c} (pid {p})"),
         (Some(c), None) => c.to_string(),
         _ => "another user's process".to_string(),
     };
-    match v["event"].as_str()? {
-        "mode" => Some((
-            format!("GPU mode: {}", v["mode"].as_str().unwrap_or("?")),
-            match v["reason"].as_str() {
-                Some("auto") => format!(
+    match e {
+        Event::Mode(v) => Some((
+            format!("GPU mode: {}", v.mode),
+            match v.reason.as_str() {
+                "auto" => format!(
                     "changed automatically{}",
-                    v["detail"]
-                        .as_str()
+                    v.detail
+                        .as_deref()
                         .map(|d| format!(": {d}"))
                         .unwrap_or_default()
                 ),
-                Some("restore") => "restored at start-up".into(),
+                "restore" => "restored at start-up".into(),
                 _ => "changed by a user".into(),
             },
         )),
-        "blocked" if v["reason"] == "display" => Some((
-            format!("A monitor on a dGPU port: {} unblocked", gpu()),
+        Event::Blocked(v) if v.reason == "display" => Some((
+            format!("A monitor on a dGPU port: {} unblocked", gpu(v.gpu)),
             format!(
                 "{} is connected to it; it stays usable while the display is",
-                v["displays"]
-                    .as_array()
-                    .map(|a| a
-                        .iter()
-                        .filter_map(Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join(", "))
-                    .unwrap_or_default()
+                v.displays.join(", ")
             ),
         )),
-        "blocked" => Some((
+        Event::Blocked(v) => Some((
             format!(
                 "{} {}",
-                gpu(),
-                if v["blocked"] == true {
-                    "blocked"
-                } else {
-                    "unblocked"
-                }
+                gpu(v.gpu),
+                if v.blocked { "blocked" } else { "unblocked" }
             ),
             String::new(),
         )),
-        "wake" => Some((
-            format!("The dGPU was woken by {}", who()),
-            v["file"]
-                .as_str()
-                .or(v["what"].as_str())
-                .map(|f| format!("{} woke through {f}", gpu()))
-                .unwrap_or_else(gpu),
+        Event::Wake(v) => Some((
+            format!(
+                "The dGPU was woken by {}",
+                who(&v.comm, v.pid.map(u64::from))
+            ),
+            v.file
+                .as_deref()
+                .or(v.what.as_deref())
+                .map(|f| format!("{} woke through {f}", gpu(v.gpu)))
+                .unwrap_or_else(|| gpu(v.gpu)),
         )),
-        "sleep" => Some((format!("{} asleep", gpu()), String::new())),
-        "power" => Some((
+        Event::Sleep(v) => Some((format!("{} asleep", gpu(v.gpu)), String::new())),
+        Event::Power(v) => Some((
             format!(
                 "{} power: {} ({})",
-                gpu(),
-                v["power_state"].as_str().unwrap_or("?"),
-                v["runtime_status"].as_str().unwrap_or("?")
+                gpu(v.gpu),
+                v.power_state.as_deref().unwrap_or("?"),
+                v.runtime_status
             ),
             String::new(),
         )),
-        "grant" => Some((
-            format!("{} may use {}", who(), gpu_list(&v["gpus"])),
-            format!("granted by {}", v["how"].as_str().unwrap_or("?")),
+        Event::Grant(v) => Some((
+            format!(
+                "{} may use {}",
+                who(&v.comm, v.pid.and_then(|p| u64::try_from(p).ok())),
+                gpu_list(&v.gpus)
+            ),
+            format!("granted by {}", v.how),
         )),
-        "denied" => Some((
-            format!("{} was kept off {}", who(), gpu()),
+        Event::Denied(v) => Some((
+            format!(
+                "{} was kept off {}",
+                who(&v.comm, v.pid.map(u64::from)),
+                gpu(v.gpu)
+            ),
             format!(
                 "it opened {}",
-                v["node"].as_str().unwrap_or("a device node")
+                v.node
+                    .map_or_else(|| "a device node".into(), |n| n.to_string())
             ),
         )),
-        _ => None,
+        Event::Unknown => None,
     }
 }
 
-fn gpu_list(v: &Value) -> String {
-    let ids: Vec<String> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_u64)
-        .map(|g| format!("GPU {g}"))
-        .collect();
+fn gpu_list(ids: &[u32]) -> String {
+    let ids: Vec<String> = ids.iter().map(|g| format!("GPU {g}")).collect();
     if ids.is_empty() {
         "the offload GPU".into()
     } else {
@@ -557,18 +573,76 @@ fn gpu_list(v: &Value) -> String {
     }
 }
 
+/// The `watch --waybar` line.
+#[derive(Serialize)]
+struct Waybar<'a> {
+    text: String,
+    tooltip: String,
+    class: [&'a str; 2],
+    alt: &'a str,
+}
+
+/// The `watch --json` line while no daemon answers.
+#[derive(Serialize)]
+struct WatchDown<'a> {
+    daemon: &'static str,
+    mode: Option<Mode>,
+    state: &'static str,
+    reason: Option<&'a str>,
+    gpus: [WatchGpu<'a>; 0],
+}
+
+/// The `watch --json` line.
+#[derive(Serialize)]
+struct WatchUp<'a> {
+    daemon: &'static str,
+    mode: Mode,
+    state: &'static str,
+    may_change: bool,
+    auto: Option<&'a AutoData>,
+    gpus: Vec<WatchGpu<'a>>,
+}
+
+#[derive(Serialize)]
+struct WatchGpu<'a> {
+    id: u32,
+    pci: Option<String>,
+    name: Option<&'a str>,
+    default: bool,
+    blocked: Option<bool>,
+    power_state: Option<&'a str>,
+    runtime_status: Option<&'a str>,
+    holders: Vec<WatchHolder<'a>>,
+}
+
+#[derive(Serialize)]
+struct WatchHolder<'a> {
+    pid: u32,
+    comm: &'a str,
+}
+
+fn to_value<T: Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
-    fn status(mode: &str, blocked: bool, rs: &str) -> Value {
-        json!({"mode": mode, "may_change": true,
+    fn ev(v: Value) -> Event {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn status(mode: &str, blocked: bool, rs: &str) -> StatusData {
+        serde_json::from_value(json!({"mode": mode, "may_change": true,
                "modes": {"hybrid": null, "integrated": null, "smart": null, "manual": null},
                "gpus": [
                  {"id": 0, "name": "UHD", "default": true, "blocked": false,
                   "power_state": "D0", "runtime_status": "active"},
                  {"id": 1, "name": "GA107M", "default": false, "blocked": blocked,
-                  "power_state": if rs == "active" {"D0"} else {"D3cold"}, "runtime_status": rs}]})
+                  "power_state": if rs == "active" {"D0"} else {"D3cold"}, "runtime_status": rs}]}))
+        .unwrap()
     }
 
     #[test]
@@ -590,7 +664,10 @@ mod tests {
         let mut s = State::default();
         let t = SystemTime::now();
         s.set_status(status("hybrid", false, "suspended"), t);
-        s.holders = vec![json!({"gpu": 1, "pid": 42, "comm": "steam"})];
+        s.holders = vec![serde_json::from_value(
+            json!({"gpu": 1, "pid": 42, "comm": "steam", "path": "/dev/dri/card1", "node": "226:1", "uid": 1000}),
+        )
+        .unwrap()];
         let tip = s.tooltip();
         let want = format!(
             "GPU 1 GA107M: asleep (D3cold, since {}), usable; held by steam (42)",
@@ -611,7 +688,7 @@ mod tests {
     fn menu_disables_unavailable_modes_with_the_reason() {
         let mut s = State::default();
         let mut st = status("hybrid", false, "suspended");
-        st["modes"]["integrated"] = json!("refused: GPU 1 drives a connected display");
+        st.modes.integrated = Some("refused: GPU 1 drives a connected display".into());
         s.set_status(st, SystemTime::now());
         let m = s.menu();
         let integrated = m
@@ -633,7 +710,7 @@ mod tests {
     fn menu_for_a_user_who_may_not_change() {
         let mut s = State::default();
         let mut st = status("manual", true, "suspended");
-        st["may_change"] = json!(false);
+        st.may_change = false;
         s.set_status(st, SystemTime::now());
         let m = s.menu();
         assert!(m.contains(&Item::Label(
@@ -691,23 +768,23 @@ mod tests {
 
     #[test]
     fn describes_events() {
-        let (t, b) = describe(
-            &json!({"event": "mode", "mode": "integrated", "reason": "auto",
+        let (t, b) = describe(&ev(
+            json!({"event": "mode", "mode": "integrated", "reason": "auto",
                                       "detail": "on battery"}),
-        )
+        ))
         .unwrap();
         assert_eq!(t, "GPU mode: integrated");
         assert_eq!(b, "changed automatically: on battery");
-        let (t, _) = describe(
-            &json!({"event": "wake", "gpu": 1, "comm": "lspci", "pid": 9,
+        let (t, _) = describe(&ev(
+            json!({"event": "wake", "gpu": 1, "comm": "lspci", "pid": 9,
                                       "file": "/sys/bus/pci/devices/0000:01:00.0/config"}),
-        )
+        ))
         .unwrap();
         assert_eq!(t, "The dGPU was woken by lspci (pid 9)");
-        let (t, _) = describe(&json!({"event": "blocked", "gpu": 1, "blocked": false,
-                                      "reason": "display", "displays": ["HDMI-A-1"]}))
+        let (t, _) = describe(&ev(json!({"event": "blocked", "gpu": 1, "blocked": false,
+                                      "reason": "display", "displays": ["HDMI-A-1"]})))
         .unwrap();
         assert_eq!(t, "A monitor on a dGPU port: GPU 1 unblocked");
-        assert!(describe(&json!({"event": "future-kind"})).is_none());
+        assert!(describe(&ev(json!({"event": "future-kind"}))).is_none());
     }
 }

@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use crate::proto::event::Event;
 use zbus::zvariant::Value as DValue;
 
 use super::config;
@@ -25,12 +25,12 @@ pub enum Kind {
 }
 
 /// Which kind an event is, if it is one the user can be told about.
-pub fn kind_of(v: &Value) -> Option<Kind> {
-    match v["event"].as_str()? {
-        "mode" => Some(Kind::Mode),
-        "wake" => Some(Kind::Wake),
-        "blocked" if v["reason"] == "display" && v["blocked"] == false => Some(Kind::Display),
-        "denied" => Some(Kind::Denied),
+pub fn kind_of(e: &Event) -> Option<Kind> {
+    match e {
+        Event::Mode(_) => Some(Kind::Mode),
+        Event::Wake(_) => Some(Kind::Wake),
+        Event::Blocked(b) if b.reason == "display" && !b.blocked => Some(Kind::Display),
+        Event::Denied(_) => Some(Kind::Denied),
         _ => None,
     }
 }
@@ -74,7 +74,7 @@ impl<S: FnMut(u32, &str, &str) -> Option<u32>> Notifier<S> {
     }
 
     /// A daemon event: notified if its kind is on (and not too soon).
-    pub fn event(&mut self, v: &Value, now: Instant) {
+    pub fn event(&mut self, v: &Event, now: Instant) {
         let (Some(k), Some((summary, body))) = (kind_of(v), describe(v)) else {
             return;
         };
@@ -199,6 +199,10 @@ mod tests {
     use std::cell::RefCell;
     use std::rc::Rc;
 
+    fn ev(v: serde_json::Value) -> Event {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn rate_limited_last_word_kept_and_switchable() {
         let sent = Rc::new(RefCell::new(Vec::<(u32, String, String)>::new()));
@@ -219,13 +223,13 @@ mod tests {
             .enumerate()
         {
             n.event(
-                &json!({"event": "mode", "mode": m, "reason": "manual"}),
+                &ev(json!({"event": "mode", "mode": m, "reason": "manual"})),
                 t + Duration::from_millis(i as u64),
             );
         }
         // Denials are off by default; power events are never notified.
-        n.event(&json!({"event": "denied", "comm": "x", "gpu": 1}), t);
-        n.event(&json!({"event": "power", "gpu": 1}), t);
+        n.event(&ev(json!({"event": "denied", "comm": "x", "gpu": 1})), t);
+        n.event(&ev(json!({"event": "power", "gpu": 1})), t);
         assert_eq!(sent.borrow().len(), 1);
         assert_eq!(sent.borrow()[0].1, "GPU mode: integrated");
         assert_eq!(n.deadline(), Some(t + Duration::from_secs(5)));

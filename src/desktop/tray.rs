@@ -12,6 +12,7 @@ use super::notify::Notifier;
 use super::sni::{Shown, Tray};
 use super::{config, icon};
 use crate::exit;
+use crate::proto::event::Event;
 
 fn shown(state: &State) -> Shown {
     let look = state.look();
@@ -84,17 +85,17 @@ pub fn run(socket: &Path) -> u8 {
             match msg {
                 Msg::Up => refresh = true,
                 Msg::Down(why) => state.set_down(why),
-                Msg::Event(v) => {
+                Msg::Event(e, exe) => {
                     refresh = true;
-                    if v["event"] == "denied" {
+                    if let Event::Denied(d) = e.as_ref() {
                         state.add_denial(Denial {
-                            pid: v["pid"].as_u64(),
-                            comm: v["comm"].as_str().unwrap_or("a process").to_string(),
-                            gpu: v["gpu"].as_u64(),
-                            exe: v["exe"].as_str().map(str::to_string),
+                            pid: d.pid.map(u64::from),
+                            comm: d.comm.clone().unwrap_or_else(|| "a process".to_string()),
+                            gpu: Some(u64::from(d.gpu)),
+                            exe,
                         });
                     }
-                    notifier.event(&v, now);
+                    notifier.event(&e, now);
                 }
                 Msg::Action(Action::Quit) => return exit::OK,
                 Msg::Action(a) => {

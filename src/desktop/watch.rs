@@ -26,7 +26,7 @@ pub fn run(socket: &Path, format: Format) -> u8 {
         let mut refresh = false;
         for msg in std::iter::once(first).chain(std::iter::from_fn(|| rx.try_recv().ok())) {
             match msg {
-                Msg::Up | Msg::Event(_) => refresh = true,
+                Msg::Up | Msg::Event(..) => refresh = true,
                 Msg::Down(why) => state.set_down(why),
                 Msg::Action(_) => {}
             }

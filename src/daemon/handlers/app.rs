@@ -1,13 +1,14 @@
 //! `gpuctl app allow|deny|forget|list` (the rules' kernel side is
 //! apps.rs; the rules are part of the choice, saved by the core).
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::super::apps::script_note;
 use super::super::reject::internal;
 use super::super::Daemon;
-use super::Rejection;
+use super::{data, Rejection};
 use crate::policy::AppRule;
+use crate::proto::data::AppChanged;
 use crate::proto::AppAction;
 
 pub(super) fn app(
@@ -17,7 +18,7 @@ pub(super) fn app(
     gpu: Option<&str>,
 ) -> Result<Value, Rejection> {
     if action == AppAction::List {
-        return Ok(d.apps.list_json(d.core.choice()));
+        return data(d.apps.list_json(d.core.choice()));
     }
     let Some(path) = path else {
         return Err(Rejection::BadRequest(
@@ -58,5 +59,5 @@ pub(super) fn app(
         AppAction::List => return Err(internal("app list reached the edit path")),
     }
     d.core.set_apps(apps)?;
-    Ok(json!({ "path": canon, "note": note }))
+    data(AppChanged { path: canon, note })
 }

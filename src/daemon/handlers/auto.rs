@@ -1,13 +1,12 @@
 //! `gpuctl auto [on|off|status]`.
 
-use serde_json::Value;
-
 use super::super::reject::internal;
 use super::super::Daemon;
 use super::Rejection;
+use crate::proto::data::AutoData;
 use crate::proto::AutoAction;
 
-pub(super) fn auto(d: &mut Daemon, action: Option<AutoAction>) -> Result<Value, Rejection> {
+pub(super) fn auto(d: &mut Daemon, action: Option<AutoAction>) -> Result<AutoData, Rejection> {
     match action {
         Some(AutoAction::On) => {
             d.auto.set_enabled(true);

@@ -2,25 +2,32 @@
 //! writes it atomically, and applies what can change live (the core's
 //! `apply_config`, the one place a config takes effect).
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::super::reject::internal;
 use super::super::{config, state, Daemon};
 use super::Rejection;
+use crate::proto::data::{ConfigData, ConfigOne};
 use crate::safefile;
 
 pub(super) fn config(
     d: &mut Daemon,
     key: Option<&str>,
     value: Option<&str>,
-) -> Result<Value, Rejection> {
+) -> Result<ConfigData, Rejection> {
     let all = d.core.config().to_json();
     let Some(key) = key else {
-        return Ok(json!({ "path": d.config_path, "config": all }));
+        return Ok(ConfigData::All {
+            path: d.config_path.clone(),
+            config: all,
+        });
     };
     let Some(value) = value else {
         return match all.get(key) {
-            Some(v) => Ok(json!({ "key": key, "value": v })),
+            Some(v) => Ok(ConfigData::One(ConfigOne {
+                key: key.to_string(),
+                value: v.clone(),
+            })),
             None => Err(Rejection::BadRequest(format!(
                 "unknown key {key:?} (keys: {})",
                 config::KEYS.join(", ")
@@ -44,5 +51,15 @@ pub(super) fn config(
     let note = applied.needs_restart.then_some(
         "bpf_log and max_grants are fixed when the BPF programs load: restart the daemon",
     );
-    Ok(json!({ "key": key, "value": d.core.config().to_json()[key], "note": note }))
+    Ok(ConfigData::Set {
+        key: key.to_string(),
+        value: d
+            .core
+            .config()
+            .to_json()
+            .get(key)
+            .cloned()
+            .unwrap_or(Value::Null),
+        note: note.map(str::to_string),
+    })
 }

@@ -1,7 +1,7 @@
 //! One request: authorization (from the credentials captured at connect),
 //! a fresh enough view of the hardware, the handler, and the audit line.
-//! Handlers return `Result<Value, Rejection>`; [`Rejection::into_response`]
-//! maps a rejection to its protocol code.
+//! Handlers return their typed answer (`proto::data`) or a `Rejection`;
+//! [`Rejection::into_response`] maps a rejection to its protocol code.
 
 mod app;
 mod auto;
@@ -14,23 +14,31 @@ mod who;
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::core::describe_blocked;
 use super::log::log;
-use super::power;
-use super::reject::Rejection;
+use super::reject::{internal, Rejection};
 use super::server::Conn;
 use super::Daemon;
+use crate::proto::data::PingData;
+use crate::proto::redact::Viewer;
 use crate::proto::{Code, Request, Response};
 
-/// Who sees other users' processes in power reports (power.rs).
-pub(super) fn viewer(c: &Conn) -> power::Viewer {
+/// Who is looking: root and the group see other users' processes, a
+/// plain user their own (`proto::redact`).
+pub(super) fn viewer(c: &Conn) -> Viewer {
     if c.privileged {
-        None
+        Viewer::ALL
     } else {
-        Some(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
+        Viewer::user(c.peer.as_ref().map_or(u32::MAX, |p| p.uid))
     }
+}
+
+/// A handler's typed answer as the response's `data`.
+pub(super) fn data<T: Serialize>(t: T) -> Result<Value, Rejection> {
+    serde_json::to_value(t).map_err(|e| internal(format!("encoding the answer: {e}")))
 }
 
 pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
@@ -76,23 +84,27 @@ pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
 
 fn dispatch(d: &mut Daemon, req: &Request, conn: &Conn) -> Result<Value, Rejection> {
     match req {
-        Request::Ping {} => Ok(json!({
-            "pid": std::process::id(),
-            "version": env!("CARGO_PKG_VERSION"),
-        })),
-        Request::List {} => Ok(status::list(d, viewer(conn))),
-        Request::Get {} => Ok(d.core.mode_json()),
-        Request::Status {} => status::status(d, conn),
-        Request::Who { gpu } => who::who(d, gpu.as_deref(), conn),
-        Request::Set { mode, force } => modes::set(d, mode, *force),
-        Request::Block { gpu, force } => modes::block(d, gpu, *force, true),
-        Request::Unblock { gpu } => modes::block(d, gpu, false, false),
-        Request::Grant { gpu, only } => run::grant(d, conn.peer.as_ref(), gpu.as_deref(), *only),
+        Request::Ping {} => data(PingData {
+            pid: std::process::id(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        }),
+        Request::List {} => data(status::list(d, viewer(conn))),
+        Request::Get {} => data(d.core.mode_json()),
+        Request::Status {} => data(status::status(d, conn)?),
+        Request::Who { gpu } => data(who::who(d, gpu.as_deref(), conn)?),
+        Request::Set { mode, force } => data(modes::set(d, mode, *force)?),
+        Request::Block { gpu, force } => data(modes::block(d, gpu, *force, true)?),
+        Request::Unblock { gpu } => data(modes::block(d, gpu, false, false)?),
+        Request::Grant { gpu, only } => {
+            data(run::grant(d, conn.peer.as_ref(), gpu.as_deref(), *only)?)
+        }
         Request::App { action, path, gpu } => app::app(d, *action, path.as_deref(), gpu.as_deref()),
-        Request::Config { key, value } => config::config(d, key.as_deref(), value.as_deref()),
-        Request::Wakes { gpu } => events::wakes(d, gpu.as_deref(), conn),
-        Request::Auto { action } => auto::auto(d, *action),
-        Request::Events {} => events::subscribe(d),
+        Request::Config { key, value } => {
+            data(config::config(d, key.as_deref(), value.as_deref())?)
+        }
+        Request::Wakes { gpu } => data(events::wakes(d, gpu.as_deref(), conn)?),
+        Request::Auto { action } => data(auto::auto(d, *action)?),
+        Request::Events {} => data(events::subscribe(d)?),
     }
 }
 

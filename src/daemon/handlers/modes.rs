@@ -1,19 +1,18 @@
 //! `get` (in the dispatcher), `set`, `block` and `unblock`.
 
-use serde_json::Value;
-
 use super::super::Daemon;
 use super::Rejection;
 use crate::policy::{self, Choice, ManualBlock, Mode};
+use crate::proto::data::ModeData;
 
 /// Makes `choice` the choice (the core checks and applies it); answers
 /// with the mode now in force.
-pub(super) fn change(d: &mut Daemon, choice: Choice) -> Result<Value, Rejection> {
+pub(super) fn change(d: &mut Daemon, choice: Choice) -> Result<ModeData, Rejection> {
     d.core.change(choice)?;
     Ok(d.core.mode_json())
 }
 
-pub(super) fn set(d: &mut Daemon, mode: &str, force: bool) -> Result<Value, Rejection> {
+pub(super) fn set(d: &mut Daemon, mode: &str, force: bool) -> Result<ModeData, Rejection> {
     let mode = mode.parse::<Mode>().map_err(Rejection::BadRequest)?;
     change(
         d,
@@ -31,7 +30,7 @@ pub(super) fn block(
     arg: &str,
     force: bool,
     block: bool,
-) -> Result<Value, Rejection> {
+) -> Result<ModeData, Rejection> {
     let gpu = d
         .core
         .inventory()

@@ -1,13 +1,12 @@
 //! `gpuctl run` (the `grant` request).
 
-use serde_json::{json, Value};
-
 use super::super::auth::Peer;
 use super::super::log::log;
 use super::super::reject::internal;
 use super::super::Daemon;
 use super::Rejection;
 use crate::policy::{Choice, Mode};
+use crate::proto::data::{EnvVars, GrantData};
 
 /// Grants the caller's own process (never another one: the pid comes from
 /// SO_PEERCRED) access to one GPU.
@@ -16,7 +15,7 @@ pub(super) fn grant(
     peer: Option<&Peer>,
     arg: Option<&str>,
     only: bool,
-) -> Result<Value, Rejection> {
+) -> Result<GrantData, Rejection> {
     let Some(peer) = peer else {
         return Err(internal("cannot identify the caller (SO_PEERCRED failed)"));
     };
@@ -59,10 +58,15 @@ pub(super) fn grant(
     };
     // The environment `gpuctl run` execs with: the loaders' offload
     // variables for this GPU (with several NVIDIA GPUs, the provider).
-    let env: serde_json::Map<String, serde_json::Value> = gpu
+    let env = gpu
         .offload_env(d.core.inventory())
         .into_iter()
-        .map(|(k, v)| (k.to_string(), v.into()))
+        .map(|(k, v)| (k.to_string(), v))
         .collect();
-    Ok(json!({ "granted": granted, "mode": d.core.choice().mode, "gpu": gpu, "env": env }))
+    Ok(GrantData {
+        granted,
+        mode: d.core.choice().mode,
+        gpu: Some(gpu),
+        env: Some(EnvVars(env)),
+    })
 }

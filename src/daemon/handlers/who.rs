@@ -5,15 +5,15 @@
 
 use std::time::Instant;
 
-use serde_json::{json, Value};
-
 use super::super::server::Conn;
 use super::super::wiring::SHARED_READ_WINDOW;
 use super::super::Daemon;
-use super::Rejection;
+use super::{viewer, Rejection};
+use crate::proto::data::WhoData;
+use crate::proto::redact::Redact;
 use crate::{gpu, procs};
 
-pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<Value, Rejection> {
+pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<WhoData, Rejection> {
     let only = arg
         .map(|a| d.core.inventory().find(a).map(|g| g.id))
         .transpose()
@@ -32,14 +32,13 @@ pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<Valu
         .as_ref()
         .map(|(_, h)| h.as_slice())
         .unwrap_or(&[]);
-    let viewer = conn.peer.as_ref().map(|p| p.uid);
-    let (mut holders, mut hidden) = (Vec::new(), 0);
-    for h in all.iter().filter(|h| only.is_none_or(|o| o == h.gpu)) {
-        if conn.privileged || viewer == Some(h.uid) {
-            holders.push(h.clone());
-        } else {
-            hidden += 1;
-        }
+    Ok(WhoData {
+        holders: all
+            .iter()
+            .filter(|h| only.is_none_or(|o| o == h.gpu))
+            .cloned()
+            .collect(),
+        hidden: Some(0),
     }
-    Ok(json!({ "holders": holders, "hidden": hidden }))
+    .for_viewer(viewer(conn)))
 }

@@ -8,6 +8,7 @@ mod desktop;
 mod envgrant;
 mod hostile;
 mod power;
+mod protocol;
 mod smart;
 mod tray_host;
 mod who;

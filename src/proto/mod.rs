@@ -4,7 +4,20 @@
 //! (an optional `"proto": N` names the protocol version the client speaks).
 //! Response: `{"ok": true, "proto": 1, "data": …}` or
 //! `{"ok": false, "proto": 1, "error": {"code": "refused", "message": "…"}}`.
+//!
+//! - [`data`]: the typed payload of each answer (`data`),
+//! - [`event`]: the lines an `events` subscription streams,
+//! - [`redact`]: what a viewer who is neither root nor the group sees.
+//!
+//! The JSON of each is documented in `docs/PROTOCOL.md`.
 
+pub mod data;
+pub mod event;
+#[cfg(test)]
+mod golden;
+pub mod redact;
+
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -152,6 +165,17 @@ impl Response {
             data: Some(data),
             error: None,
         }
+    }
+
+    /// The payload as `T` (at the client's edge): `Err` says what is wrong
+    /// with it, or the daemon's error message.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, String> {
+        if let Some(e) = &self.error {
+            return Err(e.message.clone());
+        }
+        let data = self.data.clone().unwrap_or(Value::Null);
+        serde_json::from_value(data)
+            .map_err(|e| format!("the daemon's answer is not understood: {e}"))
     }
 
     pub fn err(code: Code, message: impl Into<String>) -> Self {
