@@ -48,7 +48,7 @@ CARGO_HOME ?= $(HOME)/.cargo
 DISTDIR ?= target/dist
 # The user documentation installed beside README.md, at the same relative paths (so the
 # README's links work in DOCDIR).
-USER_DOCS := docs/USAGE.md docs/SECURITY.md docs/images/tray-waybar-hybrid.png \
+USER_DOCS := docs/USAGE.md docs/SECURITY.md docs/PROTOCOL.md docs/images/tray-waybar-hybrid.png \
 	docs/images/tray-waybar-integrated.png
 # No build path in the binary: Rust sources, C sources (libbpf) and the BPF object's BTF.
 SRC_PREFIX := /usr/src/gpuctl-$(VERSION)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * openat latency harness (DESIGN.md §7; the method of Navin Srinivasan's
+ * openat latency harness (ARCHITECTURE.md#performance-budget; the method of Navin Srinivasan's
  * eBPF LSM hook profiling, seed 001).
  *
  *   openat PATH ITERATIONS [CPU [CGROUP_OFF CGROUP_ON]]

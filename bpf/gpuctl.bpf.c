@@ -15,7 +15,7 @@
  * Either way a blocked node is *present and unopenable*: stat, access(F_OK)
  * and bind mounts see it, only open fails. It cannot be made absent to
  * every call (access(F_OK) reaches only the inode_permission hook, which
- * runs on every path component of every lookup: DESIGN §2 rules it out),
+ * runs on every path component of every lookup: ARCHITECTURE.md#enforcement rules it out),
  * and a node that stat hides but access shows breaks Flatpak (it binds
  * what access finds; bwrap then cannot stat it and aborts).
  */

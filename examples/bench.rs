@@ -1,4 +1,4 @@
-//! gpuctl benchmarks (DESIGN.md §6 tier 4, §7 budget): `make bench`, or
+//! gpuctl benchmarks (ARCHITECTURE.md#test-tiers, #performance-budget): `make bench`, or
 //!
 //!     cargo build --example bench && target/debug/examples/bench PATH-TO-STATIC-GPUCTL
 //!

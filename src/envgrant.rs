@@ -8,7 +8,7 @@
 //! and ORs the GPU masks it finds. The only rewrite it makes is
 //! `DRI_PRIME=<decimal N ≥ 1>` → `DRI_PRIME=1` (Mesa's loader clamps N to
 //! the GPUs present). [`grant_for`] is the same evaluation in Rust: the
-//! table tests below run it, and tests/root_smart.rs proves the kernel agrees.
+//! table tests below run it, and `root::envgrant` (tests/it/root/envgrant.rs) proves the kernel agrees.
 //!
 //! What each loader selects (Mesa's `loader_get_user_preferred_fd` and
 //! Vulkan device-select layer, NVIDIA's PRIME render offload, the Vulkan

@@ -1,5 +1,5 @@
 //! Policy: what must be blocked, as a pure function of the inventory, the
-//! mode and the user's choices. Every rule lives here (DESIGN §3); the
+//! mode and the user's choices. Every rule lives here (ARCHITECTURE.md#modes); the
 //! enforcer only applies the resulting plan.
 
 use std::collections::{BTreeMap, BTreeSet};

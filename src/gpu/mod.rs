@@ -109,7 +109,7 @@ impl Display {
     }
 }
 
-/// One GPU, with every fact of the `list --json` contract (DESIGN §5).
+/// One GPU, with every fact of the `list --json` contract (ARCHITECTURE.md#interfaces).
 /// A fact that could not be read is `None` (`null`), never invented.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
@@ -337,7 +337,7 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
     Ok(Inventory { gpus })
 }
 
-/// DESIGN §3: `boot_vga == 1`; without it, the GPU driving a connected
+/// ARCHITECTURE.md#modes: `boot_vga == 1`; without it, the GPU driving a connected
 /// internal panel; else the lowest PCI address among the GPUs that are not
 /// discrete (an AMD APU at `c4:00.0` above an NVIDIA dGPU at `01:00.0`
 /// without `boot_vga`: Dell AMD+NVIDIA laptops), then among the rest.

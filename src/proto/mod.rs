@@ -1,4 +1,4 @@
-//! The socket protocol (DESIGN §5): one JSON object per line each way.
+//! The socket protocol (ARCHITECTURE.md#interfaces): one JSON object per line each way.
 //!
 //! Request:  `{"type": "set", "mode": "integrated", "force": false}`
 //! (an optional `"proto": N` names the protocol version the client speaks).

@@ -338,7 +338,7 @@ impl Builder {
         self
     }
 
-    /// The default GPU per DESIGN §3, as the fixture's author expects it.
+    /// The default GPU per ARCHITECTURE.md#modes, as the fixture's author expects it.
     pub fn expect_default(mut self, addr: Option<&str>) -> Self {
         self.expected_default = addr.map(Into::into);
         self
@@ -1050,7 +1050,7 @@ impl Machine {
         let g = self.gpus.iter().find(|g| g.addr == addr);
         g.unwrap_or_else(|| panic!("{}: no GPU at {addr}", self.name))
     }
-    /// The default GPU per DESIGN §3 as the fixture's author reads the rule.
+    /// The default GPU per ARCHITECTURE.md#modes as the fixture's author reads the rule.
     pub fn expected_default(&self) -> Option<&str> {
         self.expected_default.as_deref()
     }

@@ -57,7 +57,7 @@ is_static() {
   fi
 }
 is_static "$busybox" || die "$busybox is dynamically linked: install busybox-static (not busybox)"
-is_static "$binary" || die "$binary is dynamically linked; build it static (see DESIGN.md §8: RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu)"
+is_static "$binary" || die "$binary is dynamically linked; build it static (see ARCHITECTURE.md#toolchain: RUSTFLAGS='-C target-feature=+crt-static' cargo build --release --target x86_64-unknown-linux-gnu)"
 
 # We cd into the staging dir below: make every path absolute first.
 kdir=$(realpath "$kdir") binary=$(realpath "$binary") script=$(realpath "$script")

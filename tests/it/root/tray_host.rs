@@ -3,7 +3,7 @@
 //! `gpuctl tray` against the real daemon on a fixture laptop, and `grim`
 //! screenshots before and after a mode change. The icon's pixels must show
 //! the state's colour (green: dGPU asleep; blue: blocked) in the bar. The
-//! screenshots are kept in $CARGO_TARGET_TMPDIR/tray-host/ (the README shows
+//! screenshots are kept in $CARGO_TARGET_TMPDIR/tray-host/ (docs/USAGE.md shows
 //! one). sway refuses to run as root, so the session runs as `nobody`.
 
 use std::os::unix::process::CommandExt;
