@@ -168,6 +168,27 @@ pub fn bad_path(path: &Path) -> PathBuf {
     with_suffix(path, ".bad")
 }
 
+/// Moves a corrupt daemon-written file aside as `*.bad` (the daemon then
+/// starts from defaults, and the next save writes a fresh file) and says
+/// what happened, for the warning that reports the corruption.
+pub fn keep_aside(path: &Path) -> String {
+    let bad = bad_path(path);
+    match std::fs::rename(path, &bad) {
+        Ok(()) => format!("kept as {}", bad.display()),
+        Err(e) => format!("could not move it to {}: {e}", bad.display()),
+    }
+}
+
+/// Copies an invalid admin-edited file to `*.bad` (the original stays
+/// where the admin keeps it) and says what happened.
+pub fn copy_aside(path: &Path, text: &[u8]) -> String {
+    let bad = bad_path(path);
+    match write_new(&bad, text, 0o600) {
+        Ok(()) => format!("a copy is at {}", bad.display()),
+        Err(e) => format!("could not copy it to {}: {e}", bad.display()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -107,11 +107,7 @@ impl Auto {
             None => AutoFile::default(),
             Some(Ok(f)) => f,
             Some(Err(why)) => {
-                let bad = state::bad_path(&path);
-                let kept = match std::fs::rename(&path, &bad) {
-                    Ok(()) => format!("kept as {}", bad.display()),
-                    Err(e) => format!("could not move it to {}: {e}", bad.display()),
-                };
+                let kept = safefile::keep_aside(&path);
                 warn.push(format!(
                     "{} {why}; automation on, no manual override; {kept}",
                     path.display()

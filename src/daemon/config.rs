@@ -67,11 +67,7 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
             (c, warn)
         }
         Err(e) => {
-            let bad = safefile::bad_path(path);
-            let kept = match safefile::write_new(&bad, text.as_bytes(), 0o600) {
-                Ok(()) => format!("a copy is at {}", bad.display()),
-                Err(we) => format!("could not copy it to {}: {we}", bad.display()),
-            };
+            let kept = safefile::copy_aside(path, text.as_bytes());
             let msg = format!(
                 "config {} is invalid ({}); using defaults; {kept}",
                 path.display(),

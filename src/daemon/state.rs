@@ -18,7 +18,6 @@ struct StateFile {
     choice: Choice,
 }
 
-pub use crate::safefile::bad_path;
 use crate::safefile::{self, ReadError};
 
 /// Reads the saved choice. A missing file is the default (hybrid); an
@@ -36,11 +35,7 @@ pub fn load(path: &Path) -> (Choice, Option<String>) {
         },
         Err(e) => format!("is unusable ({e})"),
     };
-    let bad = bad_path(path);
-    let kept = match std::fs::rename(path, &bad) {
-        Ok(()) => format!("kept as {}", bad.display()),
-        Err(e) => format!("could not move it to {}: {e}", bad.display()),
-    };
+    let kept = safefile::keep_aside(path);
     (
         Choice::default(),
         Some(format!(
