@@ -6,6 +6,9 @@
 //! - `BPF_CLANG`: the clang to use (default: `clang` from `PATH`).
 //! - `BPF_CFLAGS`: extra flags for clang, split on whitespace.
 
+// A build script fails by panicking: that is how cargo reports it.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::env;
 use std::ffi::OsString;
 use std::path::PathBuf;

@@ -18,7 +18,17 @@ pub use enforcer::{init_logging, Backend, Enforcer, Grant, GrantHow, LogLevel, O
 
 /// The skeletons libbpf-cargo generates in `build.rs`, one module per object.
 /// Generated code: its own lints are not ours.
-#[allow(clippy::all, clippy::pedantic, non_camel_case_types)]
+// Generated code: the crate's restriction lints (Cargo.toml [lints]) are ours, not
+// libbpf-cargo's.
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    clippy::undocumented_unsafe_blocks,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    unsafe_op_in_unsafe_fn,
+    non_camel_case_types
+)]
 mod skel {
     pub mod gpuctl {
         include!(concat!(env!("OUT_DIR"), "/gpuctl.skel.rs"));

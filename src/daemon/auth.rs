@@ -191,8 +191,9 @@ mod tests {
         let (a, _b) = UnixStream::pair().unwrap();
         let p = Peer::of(&a).unwrap();
         assert_eq!(p.pid as u32, std::process::id());
-        // SAFETY: getuid/getgid have no preconditions.
+        // SAFETY: getuid has no preconditions.
         assert_eq!(p.uid, unsafe { libc::getuid() });
+        // SAFETY: getgid has no preconditions.
         assert_eq!(p.gid, unsafe { libc::getgid() });
         let fd = p.pidfd.expect("a pidfd of ourselves");
         assert!(alive(&fd));

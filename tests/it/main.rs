@@ -11,6 +11,10 @@
 //!
 //! One test or a group: `cargo test --test it -- root::smart` (see HACKING.md).
 
+// Test and bench code: a failed step panics, which is how the harness reports it
+// (the crate's unwrap/expect lints are for the shipped binary's runtime paths).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 #[path = "../common/mod.rs"]
 mod common;
 mod root;
