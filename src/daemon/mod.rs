@@ -92,6 +92,8 @@ struct Daemon {
     push: push::Push,
     /// Hot-plug and late-driver events; `None` where netlink is refused.
     uevents: Option<uevent::Uevents>,
+    /// One re-plan per burst of GPU uevents.
+    burst: uevent::Coalesce,
     /// The config file (`gpuctl config` edits it; SIGHUP re-reads it).
     config_path: PathBuf,
     started: Instant,

@@ -75,6 +75,7 @@ impl Daemon {
             power,
             push: Push::default(),
             uevents,
+            burst: uevent::Coalesce::default(),
             config_path: opts.config.clone(),
             started: Instant::now(),
             refreshed: None,
