@@ -845,6 +845,8 @@ struct Results {
     uev: BTreeMap<String, Vec<(u64, u64)>>,
     burst: BTreeMap<String, Vec<(u64, u64)>>,
     get_c: BTreeMap<String, Vec<(f64, f64)>>,
+    /// Start to READY=1 (saved mode integrated, ns) per binary label.
+    ready_by: BTreeMap<String, Vec<f64>>,
     /// `set integrated` medians with no extra processes and with
     /// BENCH_PROCS of them, per round.
     set_procs: Vec<(f64, f64)>,
@@ -1419,7 +1421,12 @@ impl Bench {
         for _ in 0..self.cfg.limit_rounds {
             for (label, bin) in &bins {
                 self.bin = bin.clone();
+                self.set_saved_integrated()?;
                 self.daemon_start()?;
+                r.ready_by
+                    .entry(label.clone())
+                    .or_default()
+                    .push(self.last_ready_ns);
                 self.set_mode("integrated")?;
                 self.sleep(Duration::from_millis(100))?;
                 let (cs0, cpu0) = (self.daemon_ctxsw()?, self.daemon_cpu_ns()?);
@@ -1508,6 +1515,14 @@ impl Bench {
             fill(false)?;
             r.set_procs.push((empty, full?));
         }
+        self.daemon_stop()
+    }
+
+    /// The saved mode is integrated (the next start loads, fills and
+    /// attaches before READY=1): one start and `set integrated`.
+    fn set_saved_integrated(&mut self) -> Result<()> {
+        self.daemon_start()?;
+        self.set_mode("integrated")?;
         self.daemon_stop()
     }
 
@@ -1992,6 +2007,21 @@ impl Results {
                     );
                 }
             }
+        }
+        for (label, v) in &self.ready_by {
+            let (m, lo, hi) = summ(v);
+            tab.row(
+                format!("daemon start to READY=1, saved mode integrated ({label})"),
+                format!(
+                    "{} (median of {}; {}–{})",
+                    fmt_ns(m),
+                    v.len(),
+                    fmt_ns(lo),
+                    fmt_ns(hi)
+                ),
+                "—",
+                "info",
+            );
         }
         for (label, v) in &self.get_c {
             let ratios: Vec<f64> = v.iter().map(|(g, c)| g / c).collect();
