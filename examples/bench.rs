@@ -10,7 +10,7 @@
 //! build of a harness, the daemon, a wrong open result), then 1; bad usage is 2; 130/143
 //! after SIGINT/SIGTERM. docs/PERFORMANCE.md explains every figure and the method.
 //!
-//! The raw loops are the C harnesses in bench/ (openat, spawn, ready, bpfcal), built with
+//! The raw loops are the C harnesses in bench/ (openat, spawn, ready, bpfcal, client), built with
 //! `$CC -O2` into the run's temp dir; this program orchestrates them, checks what every
 //! open returned, and does the statistics.
 //!
