@@ -121,6 +121,7 @@ pub fn run(opts: Options) -> Result<()> {
     if let Err(e) = notify::notify("READY=1") {
         log!("{e:#}");
     }
+    d.start_power();
     sources::serve(&mut d, &mut server, &sigs)?;
     d.grants.save(&d.core.enforcer, d.core.choice().mode);
     log!("stopping; every block is lifted");
