@@ -51,7 +51,13 @@ impl Uevents {
             &NetlinkAddr::new(0, 1),
         )
         .context("binding the uevent socket")?;
-        attach(&fd, &filter()).context("attaching the uevent socket filter")?;
+        // Without the filter (a kernel that refuses it) every uevent wakes
+        // the daemon, as before it had one: slower, never wrong.
+        if let Err(e) = attach(&fd, &filter()) {
+            super::log::log!(
+                "attaching the uevent socket filter failed ({e:#}); every uevent wakes the daemon"
+            );
+        }
         Ok(Uevents { fd })
     }
 
@@ -92,19 +98,25 @@ impl Uevents {
 /// only these through.
 const SUBSYSTEMS: &[&[u8]] = &[b"pci", b"drm", b"power_supply"];
 
-/// How far the filter looks for the end of the `ACTION@DEVPATH` header.
-/// A longer header (a devpath over ~1 000 bytes) is let through, and the
-/// daemon reads it as before: the filter only ever drops what it is sure of.
-const MAX_HEADER: u32 = 1000;
+/// How far the filter looks for the end of the `ACTION@DEVPATH` header (a
+/// multiple of 4). A longer header (a devpath over ~250 bytes; GPU, PCI and
+/// power-supply devpaths are 40–150) is let through, and the daemon reads
+/// it as before: the filter only ever drops what it is sure of. The bound
+/// is set by the kernel's limit on a socket filter's size: the kernel
+/// converts the program to eBPF (each absolute or indexed load becomes
+/// ~15 instructions, net/core/filter.c `convert_bpf_ld_abs`) and charges
+/// that to `net.core.optmem_max`, 20 480 bytes by default before Linux 6.9.
+const MAX_HEADER: u32 = 256;
 
 // Classic BPF opcodes (linux/filter.h, linux/bpf_common.h).
-const LD_B_ABS: u16 = 0x30;
+const LD_W_ABS: u16 = 0x20;
 const LD_W_IND: u16 = 0x40;
 const LD_H_IND: u16 = 0x48;
 const LD_B_IND: u16 = 0x50;
 const LDX_IMM: u16 = 0x01;
 const JMP_JA: u16 = 0x05;
 const JMP_JEQ_K: u16 = 0x15;
+const JMP_JSET_K: u16 = 0x45;
 const RET_K: u16 = 0x06;
 const ACCEPT: u32 = u32::MAX;
 const DROP: u32 = 0;
@@ -118,25 +130,31 @@ fn op(code: u16, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
 /// order, then the rest). With `H` the header's length including its NUL,
 /// `SUBSYSTEM=` starts at `2H + 15` (`ACTION=` and `DEVPATH=` repeat the
 /// header's two parts). cBPF cannot loop, so the scan for the header's NUL
-/// is unrolled: per position `p`, a load, a test, and on a NUL `X = 2p + 17`
-/// and a jump to the check. The check reads `SUBSYSTEM=` at `X` and
-/// compares the value with [`SUBSYSTEMS`]. Anything not in that shape
-/// (no `SUBSYSTEM=` where expected, a header over [`MAX_HEADER`]) is let
-/// through: the daemon's own parsing decides, as it did before the filter.
-/// A load past the datagram's end ends the filter with "drop": it only
-/// happens for a datagram too short to carry a subsystem.
+/// is unrolled: one load per 4 bytes, then per byte a test and, on a NUL
+/// at `p`, `X = 2p + 17` and a jump to the check. The check reads
+/// `SUBSYSTEM=` at `X` and compares the value with [`SUBSYSTEMS`]. Anything
+/// not in that shape (no `SUBSYSTEM=` where expected, a header over
+/// [`MAX_HEADER`]) is let through: the daemon's own parsing decides, as it
+/// did before the filter. A load past the datagram's end ends the filter
+/// with "drop": it only happens for a datagram too short to carry a
+/// subsystem (the word holding the header's NUL is followed by the keys).
 pub fn filter() -> Vec<libc::sock_filter> {
     let mut f = Vec::new();
-    let n = MAX_HEADER as usize;
-    // Each position: 4 instructions; then one ACCEPT (no NUL found).
-    let check = 4 * n + 1;
-    for p in 0..MAX_HEADER {
-        f.push(op(LD_B_ABS, 0, 0, p));
-        f.push(op(JMP_JEQ_K, 0, 2, 0));
-        f.push(op(LDX_IMM, 0, 0, 2 * p + 17));
-        // The jump's offset counts from the next instruction.
-        let at = f.len() + 1;
-        f.push(op(JMP_JA, 0, 0, (check - at) as u32));
+    let words = (MAX_HEADER / 4) as usize;
+    // Each word: a load and 4 × (test, X, jump); then one ACCEPT.
+    let check = 13 * words + 1;
+    for w in 0..MAX_HEADER / 4 {
+        f.push(op(LD_W_ABS, 0, 0, 4 * w));
+        for j in 0..4u32 {
+            // The word is big-endian: its first byte is the high one.
+            let mask = 0xff00_0000u32 >> (8 * j);
+            // A non-zero byte skips its two landing instructions.
+            f.push(op(JMP_JSET_K, 2, 0, mask));
+            f.push(op(LDX_IMM, 0, 0, 2 * (4 * w + j) + 17));
+            // The jump's offset counts from the next instruction.
+            let at = f.len() + 1;
+            f.push(op(JMP_JA, 0, 0, (check - at) as u32));
+        }
     }
     f.push(op(RET_K, 0, 0, ACCEPT));
     debug_assert_eq!(f.len(), check);
@@ -304,7 +322,7 @@ mod tests {
             pc += 1;
             let (k, ind) = (i.k as usize, (x as usize) + i.k as usize);
             let got = match i.code {
-                super::LD_B_ABS => load(k, 1),
+                super::LD_W_ABS => load(k, 4),
                 super::LD_W_IND => load(ind, 4),
                 super::LD_H_IND => load(ind, 2),
                 super::LD_B_IND => load(ind, 1),
@@ -318,6 +336,10 @@ mod tests {
                 }
                 super::JMP_JEQ_K => {
                     pc += usize::from(if a == i.k { i.jt } else { i.jf });
+                    continue;
+                }
+                super::JMP_JSET_K => {
+                    pc += usize::from(if a & i.k != 0 { i.jt } else { i.jf });
                     continue;
                 }
                 super::RET_K => return i.k,
@@ -347,6 +369,15 @@ mod tests {
     fn the_socket_filter_passes_ours_and_drops_the_rest() {
         let f = super::filter();
         assert!(f.len() <= 4096, "BPF_MAXINSNS: {}", f.len());
+        // What the kernel charges to optmem_max (20 480 bytes by default
+        // before Linux 6.9): the eBPF it converts to, each load ~15
+        // instructions of 8 bytes, the rest one; a 1 KiB margin.
+        let loads = f
+            .iter()
+            .filter(|i| i.code & 0x07 == 0 && i.code & 0xe0 != 0)
+            .count();
+        let ebpf = 15 * loads + (f.len() - loads) + 16;
+        assert!(8 * ebpf + 1024 < 20_480, "{ebpf} eBPF instructions");
         let pass = |m: &[u8]| run(&f, m) == u32::MAX;
         let card = "/devices/pci0000:00/0000:00:01.0/0000:01:00.0/drm/card1";
         for (sub, path) in [
