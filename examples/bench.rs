@@ -10,7 +10,7 @@
 //! build of a harness, the daemon, a wrong open result), then 1; bad usage is 2; 130/143
 //! after SIGINT/SIGTERM. docs/PERFORMANCE.md explains every figure and the method.
 //!
-//! The raw loops are the C harnesses in bench/ (openat, spawn, ready, bpfcal), built with
+//! The raw loops are the C harnesses in bench/ (openat, spawn, ready, bpfcal, client), built with
 //! `$CC -O2` into the run's temp dir; this program orchestrates them, checks what every
 //! open returned, and does the statistics.
 //!
@@ -19,7 +19,11 @@
 //! BENCH_LAUNCH_ROUNDS (40) rounds, BENCH_CTL_RUNS (50) runs per CLI command, BENCH_STARTS
 //! (10) daemon starts, BENCH_CPU (the last CPU) the CPU measured processes run on,
 //! BENCH_PM_READS (20000), BENCH_IDLE_S (30), CC (cc), BENCH_ALLOW_DRM (unset: refuse to
-//! run where a DRM driver is loaded: its GPU nodes are 226:N too).
+//! run where a DRM driver is loaded: its GPU nodes are 226:N too). The limits phase:
+//! BENCH_UEVENTS (1000) unrelated uevents per sample, BENCH_BURST (100) PCI uevents per
+//! burst, BENCH_PROCS (5000) extra processes, BENCH_LIMIT_ROUNDS (3), BENCH_BASELINE (unset;
+//! a second gpuctl measured in the same interleaved rounds: before/after in one run),
+//! BENCH_ONLY=limits (that phase alone).
 
 // Test and bench code: a failed step panics, which is how the harness reports it
 // (the crate's unwrap/expect lints are for the shipped binary's runtime paths).
@@ -261,6 +265,15 @@ struct Cfg {
     nproc: usize,
     /// The binary measured (its size; the run itself uses a copy).
     bin_arg: PathBuf,
+    /// The limits phase: unrelated uevents per sample, PCI uevents per
+    /// burst, extra processes for `set integrated`, rounds.
+    uevents: u64,
+    burst: u64,
+    procs: u64,
+    limit_rounds: usize,
+    /// A second gpuctl (e.g. main's `make static`) measured in the same
+    /// rounds of the limits phase, interleaved: before/after in one run.
+    baseline: Option<PathBuf>,
 }
 
 struct Daemon {
@@ -830,6 +843,19 @@ struct Results {
     pm: Vec<(String, u64, u64)>,
     /// (context switches, CPU ns) of the idle daemon.
     idle: (u64, u64),
+    /// The limits phase, per binary label ("this", "baseline"): (context
+    /// switches, daemon CPU ns) per 1 000 unrelated uevents and per PCI
+    /// burst, and (gpuctl get, C client) wall-time medians.
+    uev: BTreeMap<String, Vec<(u64, u64)>>,
+    burst: BTreeMap<String, Vec<(u64, u64)>>,
+    get_c: BTreeMap<String, Vec<(f64, f64)>>,
+    /// Start to READY=1 (saved mode integrated, ns) per binary label.
+    ready_by: BTreeMap<String, Vec<f64>>,
+    /// `set integrated` medians with no extra processes and with
+    /// BENCH_PROCS of them, per round.
+    set_procs: Vec<(f64, f64)>,
+    /// A PCI device's uevent file written for the burst; None: no PCI here.
+    burst_dev: Option<PathBuf>,
 }
 
 impl Results {
@@ -880,6 +906,15 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         cpu: knob("BENCH_CPU", nproc as u64 - 1)? as usize,
         pm_reads: knob("BENCH_PM_READS", 20_000)?,
         idle_s: knob("BENCH_IDLE_S", 30)?,
+        uevents: knob("BENCH_UEVENTS", 1000)?,
+        burst: knob("BENCH_BURST", 100)?,
+        procs: knob("BENCH_PROCS", 5000)?,
+        limit_rounds: knob("BENCH_LIMIT_ROUNDS", 3)?.max(1) as usize,
+        baseline: std::env::var_os("BENCH_BASELINE")
+            .filter(|v| !v.is_empty())
+            .map(|v| fs::canonicalize(&v))
+            .transpose()
+            .context("BENCH_BASELINE")?,
         nproc,
         bin_arg: fs::canonicalize(bin_arg)?,
     };
@@ -892,23 +927,34 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
 
     let b = Bench::setup(cfg, slot)?;
     let mut r = Results::default();
-    b.conditions(&mut r)?;
-    b.openat_rounds(&mut r)?;
-    b.openat_ab(&mut r)?;
-    b.bpf_costs(&mut r)?;
-    b.launch_rounds(&mut r)?;
-    b.control_path(&mut r)?;
-    b.startups(&mut r)?;
-    b.pm_and_idle(&mut r)?;
+    // BENCH_ONLY=limits: the limits phase alone (e.g. for a before/after
+    // with BENCH_BASELINE without the rest of the run).
+    let only_limits = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "limits");
+    if !only_limits {
+        b.conditions(&mut r)?;
+        b.openat_rounds(&mut r)?;
+        b.openat_ab(&mut r)?;
+        b.bpf_costs(&mut r)?;
+        b.launch_rounds(&mut r)?;
+        b.control_path(&mut r)?;
+        b.startups(&mut r)?;
+        b.pm_and_idle(&mut r)?;
+    }
+    b.limits(&mut r)?;
 
     let mut tab = Table(Vec::new());
-    r.openat_rows(&mut tab, &b.cfg);
-    r.ab_rows(&mut tab);
-    r.bpf_rows(&mut tab);
-    r.launch_rows(&mut tab);
-    r.control_rows(&mut tab, &b.cfg);
+    if !only_limits {
+        r.openat_rows(&mut tab, &b.cfg);
+        r.ab_rows(&mut tab);
+        r.bpf_rows(&mut tab);
+        r.launch_rows(&mut tab);
+        r.control_rows(&mut tab, &b.cfg);
+    }
+    r.limit_rows(&mut tab, &b.cfg);
     tab.print();
-    b.print_conditions(&r, &load0, t_begin)?;
+    if !only_limits {
+        b.print_conditions(&r, &load0, t_begin)?;
+    }
 
     if !b.broken.is_empty() {
         println!();
@@ -981,9 +1027,18 @@ impl Bench {
         // One binary for the whole run, even if a build replaces the original meanwhile.
         fs::copy(&b.cfg.bin_arg, &b.bin).context("copying the gpuctl binary")?;
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-        for tool in ["openat", "spawn", "ready", "bpfcal"] {
+        for tool in ["openat", "spawn", "ready", "bpfcal", "client"] {
+            // The C client is built as gpuctl is (static PIE): the two then
+            // differ only in what they do after exec.
+            let link: &[&str] = if tool == "client" {
+                &["-static-pie"]
+            } else {
+                &[]
+            };
             let st = Command::new(&cc)
-                .args(["-O2", "-Wall", "-o"])
+                .args(["-O2", "-Wall"])
+                .args(link)
+                .arg("-o")
                 .arg(b.tool(tool))
                 .arg(format!("{SRC}/{tool}.c"))
                 .status()
@@ -1342,6 +1397,143 @@ impl Bench {
         r.ready = (ready, best);
         r.size = fs::metadata(&self.cfg.bin_arg)?.len();
         Ok(())
+    }
+
+    /// g. the limits (issue 21), each figure beside what it is measured
+    /// against, in interleaved rounds; with BENCH_BASELINE, the same rounds
+    /// also run that binary's daemon and CLI (before/after in one run).
+    fn limits(&mut self, r: &mut Results) -> Result<()> {
+        progress("limits: uevents, get vs a C client, set integrated with extra processes");
+        let this = self.bin.clone();
+        let mut bins = vec![("this".to_string(), this.clone())];
+        if let Some(b) = &self.cfg.baseline {
+            let copy = self.work.join("gpuctl-baseline");
+            fs::copy(b, &copy).context("copying the baseline binary")?;
+            bins.push(("baseline".to_string(), copy));
+        }
+        // A real PCI device's uevent file: `change` on it is a real kernel
+        // pci uevent (the daemon re-reads the fixture's GPUs for it).
+        r.burst_dev = fs::read_dir("/sys/bus/pci/devices")
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|e| e.path().join("uevent"));
+        let null = Path::new("/sys/class/mem/null/uevent");
+        let sock = self.work.join("gpuctl.sock");
+        let line = r#"{"type":"get","proto":1}"#;
+        let n = self.cfg.ctl_runs;
+        for _ in 0..self.cfg.limit_rounds {
+            for (label, bin) in &bins {
+                self.bin = bin.clone();
+                self.set_saved_integrated()?;
+                self.daemon_start()?;
+                r.ready_by
+                    .entry(label.clone())
+                    .or_default()
+                    .push(self.last_ready_ns);
+                self.set_mode("integrated")?;
+                self.sleep(Duration::from_millis(100))?;
+                let (cs0, cpu0) = (self.daemon_ctxsw()?, self.daemon_cpu_ns()?);
+                for _ in 0..self.cfg.uevents {
+                    fs::write(null, "change").context("writing /sys/class/mem/null/uevent")?;
+                    // Paced: an unfiltered daemon wakes for each one.
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                self.sleep(Duration::from_millis(200))?;
+                let (cs1, cpu1) = (self.daemon_ctxsw()?, self.daemon_cpu_ns()?);
+                let scale = |v: u64| v * 1000 / self.cfg.uevents.max(1);
+                r.uev
+                    .entry(label.clone())
+                    .or_default()
+                    .push((scale(cs1 - cs0), scale(cpu1 - cpu0)));
+                if let Some(dev) = &r.burst_dev {
+                    for _ in 0..self.cfg.burst {
+                        fs::write(dev, "change")
+                            .with_context(|| format!("writing {}", dev.display()))?;
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    self.sleep(Duration::from_millis(300))?;
+                    let (cs2, cpu2) = (self.daemon_ctxsw()?, self.daemon_cpu_ns()?);
+                    r.burst
+                        .entry(label.clone())
+                        .or_default()
+                        .push((cs2 - cs1, cpu2 - cpu1));
+                }
+                // Alternated in chunks of 5 (noise hits both alike); the
+                // ratio of the two medians is this round's figure.
+                let (mut gets, mut cs) = (Vec::new(), Vec::new());
+                for _ in 0..n.div_ceil(5) {
+                    gets.push(self.ctl_time(5, &["get"])?.0);
+                    let mut cmd = Command::new(self.tool("spawn"));
+                    cmd.arg("5")
+                        .arg("-1")
+                        .arg(self.tool("client"))
+                        .arg(&sock)
+                        .arg(line);
+                    let out = self.harness(cmd, "bench/spawn of bench/client")?;
+                    if kv(&out, "fails") != Some("0") {
+                        self.broken(format!("bench/client failed: {out}"));
+                    }
+                    cs.push(kvf(&out, "p50_ns")?);
+                }
+                r.get_c
+                    .entry(label.clone())
+                    .or_default()
+                    .push((median(&gets), median(&cs)));
+                self.daemon_stop()?;
+            }
+        }
+        self.bin = this;
+        // `set integrated` scans every process's descriptors for holders
+        // of the dGPU: with none but the fixture's and with BENCH_PROCS more
+        // (each with stdin/out/err and a file open, as a desktop's are).
+        self.daemon_start()?;
+        let procfs = self.machine.procfs().to_path_buf();
+        let nprocs = self.cfg.procs;
+        let fill = |on: bool| -> Result<()> {
+            for i in 0..nprocs {
+                let dir = procfs.join((200_000 + i).to_string());
+                if !on {
+                    let _ = fs::remove_dir_all(&dir);
+                    continue;
+                }
+                fs::create_dir_all(dir.join("fd"))?;
+                fs::write(dir.join("comm"), "filler\n")?;
+                for (fd, target) in [
+                    ("0", "/dev/null"),
+                    ("1", "/dev/null"),
+                    ("2", "/dev/null"),
+                    ("3", "/etc/hostname"),
+                ] {
+                    std::os::unix::fs::symlink(target, dir.join("fd").join(fd))?;
+                }
+            }
+            Ok(())
+        };
+        let set_int = |b: &mut Bench| -> Result<f64> {
+            let mut v = Vec::new();
+            for _ in 0..10 {
+                b.set_mode("hybrid")?;
+                v.push(b.ctl_time(1, &["set", "integrated"])?.0);
+            }
+            Ok(median(&v))
+        };
+        for _ in 0..self.cfg.limit_rounds {
+            let empty = set_int(self)?;
+            fill(true).context("filling the fixture's procfs")?;
+            let full = set_int(self);
+            fill(false)?;
+            r.set_procs.push((empty, full?));
+        }
+        self.daemon_stop()
+    }
+
+    /// The saved mode is integrated (the next start loads, fills and
+    /// attaches before READY=1): one start and `set integrated`.
+    fn set_saved_integrated(&mut self) -> Result<()> {
+        self.daemon_start()?;
+        self.set_mode("integrated")?;
+        self.daemon_stop()
     }
 
     /// f. runtime-PM programs (attached in every mode) and the idle daemon.
@@ -1786,6 +1978,100 @@ impl Results {
     }
 
     /// Control path, start-up, memory, size, runtime-PM programs, the idle daemon.
+    fn limit_rows(&self, tab: &mut Table, cfg: &Cfg) {
+        let med_u = |v: &[(u64, u64)], i: usize| {
+            median(
+                &v.iter()
+                    .map(|x| if i == 0 { x.0 } else { x.1 } as f64)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        for (label, v) in &self.uev {
+            let (cs, cpu) = (med_u(v, 0), med_u(v, 1));
+            tab.row(
+                format!("daemon wake-ups per 1 000 unrelated uevents ({label})"),
+                format!(
+                    "{cs:.0} wake-ups, {} CPU (median of {})",
+                    fmt_ns(cpu),
+                    v.len()
+                ),
+                "0 (filtered in the kernel)",
+                if cs < 10.0 { "ok" } else { "MISS" },
+            );
+        }
+        match &self.burst_dev {
+            None => tab.row(
+                "daemon per PCI uevent burst",
+                "no PCI device here",
+                "—",
+                "n/a",
+            ),
+            Some(dev) => {
+                for (label, v) in &self.burst {
+                    let (cs, cpu) = (med_u(v, 0), med_u(v, 1));
+                    tab.row(
+                        format!("daemon per burst of {} PCI uevents ({label})", cfg.burst),
+                        format!("{cs:.0} wake-ups, {} CPU ({})", fmt_ns(cpu), dev.display()),
+                        "2 re-reads (the first at once, one at the window's end)",
+                        "info",
+                    );
+                }
+            }
+        }
+        for (label, v) in &self.ready_by {
+            let (m, lo, hi) = summ(v);
+            tab.row(
+                format!("daemon start to READY=1, saved mode integrated ({label})"),
+                format!(
+                    "{} (median of {}; {}–{})",
+                    fmt_ns(m),
+                    v.len(),
+                    fmt_ns(lo),
+                    fmt_ns(hi)
+                ),
+                "—",
+                "info",
+            );
+        }
+        for (label, v) in &self.get_c {
+            let ratios: Vec<f64> = v.iter().map(|(g, c)| g / c).collect();
+            let (m, lo, hi) = summ(&ratios);
+            let (g, c) = (
+                median(&v.iter().map(|x| x.0).collect::<Vec<_>>()),
+                median(&v.iter().map(|x| x.1).collect::<Vec<_>>()),
+            );
+            tab.row(
+                format!("gpuctl get ÷ a minimal C client, same line ({label})"),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
+                    fmt_ns(g),
+                    fmt_ns(c)
+                ),
+                "≤ ×1.5",
+                if m <= 1.5 { "ok" } else { "MISS" },
+            );
+        }
+        if !self.set_procs.is_empty() {
+            let ratios: Vec<f64> = self.set_procs.iter().map(|(e, f)| f / e).collect();
+            let (m, lo, hi) = summ(&ratios);
+            let e = median(&self.set_procs.iter().map(|x| x.0).collect::<Vec<_>>());
+            let f = median(&self.set_procs.iter().map(|x| x.1).collect::<Vec<_>>());
+            tab.row(
+                format!(
+                    "gpuctl set integrated, {} extra processes ÷ none",
+                    cfg.procs
+                ),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
+                    fmt_ns(f),
+                    fmt_ns(e)
+                ),
+                "—",
+                "info (holder scan: issue 18)",
+            );
+        }
+    }
+
     fn control_rows(&self, tab: &mut Table, cfg: &Cfg) {
         let ctl = |(p50, best): (f64, f64)| {
             let (n, p, b) = (cfg.ctl_runs, fmt_ns(p50), fmt_ns(best));

@@ -92,6 +92,8 @@ struct Daemon {
     push: push::Push,
     /// Hot-plug and late-driver events; `None` where netlink is refused.
     uevents: Option<uevent::Uevents>,
+    /// One re-plan per burst of GPU uevents.
+    burst: uevent::Coalesce,
     /// The config file (`gpuctl config` edits it; SIGHUP re-reads it).
     config_path: PathBuf,
     started: Instant,
@@ -119,6 +121,7 @@ pub fn run(opts: Options) -> Result<()> {
     if let Err(e) = notify::notify("READY=1") {
         log!("{e:#}");
     }
+    d.start_power();
     sources::serve(&mut d, &mut server, &sigs)?;
     d.grants.save(&d.core.enforcer, d.core.choice().mode);
     log!("stopping; every block is lifted");

@@ -255,18 +255,29 @@ fn watch_set(sysfs: &Path, gpu_id: u32, pci: PciAddr) -> Vec<Watch> {
 impl Power {
     /// Loads the runtime-PM programs; a failure is kept and reported, never
     /// fatal (blocking works without them).
-    pub fn new(sysfs: &Path) -> Power {
-        let (mon, error) = match PowerMon::load() {
-            Ok(m) => (Some(m), None),
-            Err(e) => (None, Some(format!("{e:#}"))),
-        };
+    /// Residency only until [`Power::load`] loads the programs: the daemon
+    /// does that after READY=1, since nothing the boot waits for needs
+    /// them (they observe; they neither block nor grant).
+    pub fn deferred(sysfs: &Path) -> Power {
         Power {
-            mon,
-            error,
+            mon: None,
+            error: None,
             sysfs: sysfs.to_path_buf(),
             gpus: BTreeMap::new(),
             last: BTreeMap::new(),
             history: VecDeque::new(),
+        }
+    }
+
+    /// Loads and attaches the runtime-PM programs (once); on failure the
+    /// reason is kept for [`Power::error`] and residency goes on alone.
+    pub fn load(&mut self) {
+        if self.mon.is_some() || self.error.is_some() {
+            return;
+        }
+        match PowerMon::load() {
+            Ok(m) => self.mon = Some(m),
+            Err(e) => self.error = Some(format!("{e:#}")),
         }
     }
 

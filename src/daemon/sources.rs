@@ -64,6 +64,7 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
             server.next_deadline(),
             watchdog.as_ref().map(Watchdog::deadline),
             d.auto.deadline(),
+            d.burst.deadline(),
         ];
         let timeout = timeout(server.has_work(), deadlines, now);
         let ready = match wait(d, server, sigs, timeout) {
@@ -79,7 +80,7 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
 
 /// Requests already buffered are served without sleeping; else the loop
 /// sleeps until the earliest deadline, or until an fd is ready.
-fn timeout(has_work: bool, deadlines: [Option<Instant>; 3], now: Instant) -> PollTimeout {
+fn timeout(has_work: bool, deadlines: [Option<Instant>; 4], now: Instant) -> PollTimeout {
     if has_work {
         return PollTimeout::ZERO;
     }
@@ -141,6 +142,10 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
     // Automation decides once this turn's news of the power source (uevents,
     // the resume clock) is read, and before the other sources are served.
     debug_assert!(ready.windows(2).all(|w| w[0].0 < w[1].0));
+    // The end of a burst of GPU uevents: the one re-plan it owes.
+    if d.burst.take_due(t.now, false) {
+        d.refresh();
+    }
     let (news, rest) = ready.split_at(ready.partition_point(|(s, _)| *s <= Src::Clock));
     for &(src, revents) in news {
         if !on_ready(d, server, sigs, &mut t, src, revents) {
@@ -204,7 +209,7 @@ fn on_ready(
         }
         Src::Uevent => {
             let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
-            if k.gpus {
+            if k.gpus && d.burst.on_event(t.now) {
                 d.refresh();
             }
             if k.power {
@@ -282,12 +287,18 @@ mod tests {
         let now = Instant::now();
         let soon = Some(now + Duration::from_millis(10));
         let later = Some(now + Duration::from_secs(5));
-        assert_eq!(timeout(true, [later, None, None], now), PollTimeout::ZERO);
-        assert_eq!(timeout(false, [None, None, None], now), PollTimeout::NONE);
-        let t = timeout(false, [later, None, soon], now);
+        assert_eq!(
+            timeout(true, [later, None, None, None], now),
+            PollTimeout::ZERO
+        );
+        assert_eq!(
+            timeout(false, [None, None, None, None], now),
+            PollTimeout::NONE
+        );
+        let t = timeout(false, [later, None, soon, None], now);
         assert_eq!(i32::from(t), 11);
         // A deadline already passed: wake at once (1 ms), never negative.
         let past = Some(now - Duration::from_millis(5));
-        assert_eq!(i32::from(timeout(false, [None, past, None], now)), 1);
+        assert_eq!(i32::from(timeout(false, [None, past, None, None], now)), 1);
     }
 }

@@ -47,10 +47,7 @@ impl Daemon {
         }
         let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
         let enforcer = backend::load_backend(opts, &config).map_err(|e| e.context(Unsupported))?;
-        let power = Power::new(&opts.roots.sysfs);
-        if let Some(e) = power.error() {
-            log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
-        }
+        let power = Power::deferred(&opts.roots.sysfs);
         let apps = Apps::new()?;
         let uevents = match uevent::Uevents::open() {
             Ok(u) => Some(u),
@@ -75,6 +72,7 @@ impl Daemon {
             power,
             push: Push::default(),
             uevents,
+            burst: uevent::Coalesce::default(),
             config_path: opts.config.clone(),
             started: Instant::now(),
             refreshed: None,
@@ -141,6 +139,17 @@ impl Daemon {
         }
         self.refresh();
         self.refreshed = Some(now);
+    }
+
+    /// After READY=1: loads the runtime-PM programs (wake attribution) and
+    /// watches the GPUs with them. The boot does not wait for them: they
+    /// only observe, so no block or grant depends on them.
+    pub(super) fn start_power(&mut self) {
+        self.power.load();
+        if let Some(e) = self.power.error() {
+            log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
+        }
+        self.sync_power();
     }
 
     /// Watches the offload GPUs' runtime PM (power.rs); never fatal.

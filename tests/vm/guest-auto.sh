@@ -151,6 +151,13 @@ if [ -n "$la" ] && [ -n "$ls" ] && [ "$la" -lt "$ls" ]; then
 else
   fail "start on battery: rule applied before serving" "auto line ${la:-none}, started line ${ls:-none}"
 fi
+# The kernel accepted the uevent socket filter (its size is bounded by net.core.optmem_max,
+# 20 KiB by default before Linux 6.9); without it the daemon still works, every uevent waking it.
+if grep -q 'uevent socket filter' /tmp/daemon.log; then
+  fail "the uevent socket filter is attached" "$(grep 'uevent socket filter' /tmp/daemon.log)"
+else
+  pass "the uevent socket filter is attached (Linux $(uname -r), optmem_max $(cat /proc/sys/net/core/optmem_max))"
+fi
 gpuctl status | sed 's/^/      /'
 gpuctl auto | sed 's/^/      /'
 

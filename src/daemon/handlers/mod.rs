@@ -59,10 +59,16 @@ pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
     // Reads report live power state, so they re-read sysfs. Changes use
     // the inventory uevents keep current (a node, GPU or display
     // appearing re-plans at once), unless uevents are unavailable.
-    if !req.is_change() {
-        d.refresh_for_read();
-    } else if d.uevents.is_none() {
+    // A burst of uevents may still owe a re-plan: any request takes it
+    // first, so nothing is answered or changed from a stale inventory.
+    // `get` answers from the choice and the plan alone, which uevents keep
+    // current: no discovery for it.
+    let owed = d.burst.take_due(t0, true);
+    let plan_only = matches!(req, Request::Get {}) && d.uevents.is_some();
+    if owed || (req.is_change() && d.uevents.is_none()) {
         d.refresh();
+    } else if !req.is_change() && !plan_only {
+        d.refresh_for_read();
     }
     let resp = match dispatch(d, &req, conn) {
         Ok(data) => Response::ok(data),

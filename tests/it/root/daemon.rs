@@ -312,3 +312,36 @@ fn uevents_replan_without_a_request() {
     let log = env.stop();
     assert!(log.contains("GPUs changed"), "{log}");
 }
+
+/// Uevents of subsystems the daemon does not read (here 300 `change`
+/// events of /dev/null, real kernel uevents) are dropped by its socket
+/// filter in the kernel: they do not wake it. Counted by the scheduler
+/// (schedstat's run count), so the check holds however slow the machine.
+#[test]
+#[ignore = "root"]
+fn unrelated_uevents_do_not_wake_the_daemon() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "integrated"]);
+    let pid = env.daemon.as_ref().unwrap().id();
+    let runs = || -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();
+        s.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    let before = runs();
+    for _ in 0..300 {
+        std::fs::write("/sys/class/mem/null/uevent", "change").unwrap();
+        // Paced, so that an unfiltered daemon would wake for each one.
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    let woken = runs() - before;
+    eprintln!("daemon woken {woken} time(s) by 300 unrelated uevents");
+    assert!(
+        woken < 30,
+        "the daemon woke {woken} times for 300 unrelated uevents"
+    );
+    // Still serving, and still enforcing.
+    assert_opens(&env, &DGPU, EPERM, "after the storm");
+    env.stop();
+}
