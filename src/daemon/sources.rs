@@ -201,6 +201,9 @@ fn on_ready(
                 rebind_if_gone(server);
             }
             d.apps.reresolve(&mut d.core, news.replaced);
+            if news.services {
+                d.apps.load_services(&mut d.core);
+            }
         }
         Src::Uevent => {
             let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();

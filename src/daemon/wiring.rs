@@ -51,7 +51,7 @@ impl Daemon {
         if let Some(e) = power.error() {
             log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
         }
-        let apps = Apps::new()?;
+        let apps = Apps::new(opts.services.clone())?;
         let uevents = match uevent::Uevents::open() {
             Ok(u) => Some(u),
             Err(e) => {
@@ -91,6 +91,7 @@ impl Daemon {
         let env_grants = d.core.config().env_grants;
         d.core.enforcer.set_env_grants(env_grants)?;
         d.sync_power();
+        d.apps.load_services(&mut d.core);
         d.apps.load(&mut d.core);
         // The automatic rules pick the mode from the power source now: the
         // rules' mode becomes the choice before the first apply, so it is
