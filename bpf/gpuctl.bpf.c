@@ -217,7 +217,11 @@ static __always_inline __u32 task_session(struct task_struct *task)
 	return GPUCTL_NO_SESSION;
 }
 
-/* The role (GPUCTL_SVC_*) of the current task's executable, 0 if none. */
+/*
+ * The role (GPUCTL_SVC_*) of the current task's executable, 0 if none. Only
+ * root's processes have one: a user can run (and LD_PRELOAD into) a copy of
+ * logind's executable, but not as root.
+ */
 static __always_inline __u32 current_service(void)
 {
 	struct task_struct *task = bpf_get_current_task_btf();
@@ -226,6 +230,8 @@ static __always_inline __u32 current_service(void)
 	struct file *exe;
 	__u32 *svc;
 
+	if ((bpf_get_current_uid_gid() & 0xffffffff) != 0)
+		return 0;
 	if (!mm)
 		return 0;
 	exe = mm->exe_file;
@@ -261,7 +267,7 @@ static long session_grant_cb(struct bpf_map *map, __u32 *tgid, struct grant *g,
  */
 static __always_inline bool logind_for_granted_session(const struct dev_rule *rule)
 {
-	struct session_scan scan = { .bit = 1U << (rule->gpu & 31) };
+	struct session_scan scan = {.bit = 1U << (rule->gpu & 31)};
 
 	if (!(rule->flags & GPUCTL_RULE_GRANTABLE))
 		return false;

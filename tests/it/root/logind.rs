@@ -18,8 +18,14 @@ const OPEN: &str = r#"exec 3<>"$0""#;
 
 /// The errno of `prog -c OPEN node` run in the test cgroup (0: opened).
 fn open_as(env: &Env, prog: &str, node: &str) -> i32 {
+    open_with(env, prog, &[], node)
+}
+
+/// The errno of `prog ARGS -c OPEN node` run in the test cgroup (0: opened).
+fn open_with(env: &Env, prog: &str, args: &[&str], node: &str) -> i32 {
     let mut cmd = Command::new(prog);
-    cmd.args(["-c", OPEN, node])
+    cmd.args(args)
+        .args(["-c", OPEN, node])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     join_cgroup_before_exec(&mut cmd, &env.cgroup);
@@ -102,6 +108,19 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
         open_as(&env, "/bin/sh", &dgpu),
         EPERM,
         "only logind's executable is let through, not every process"
+    );
+    // A user can run (and LD_PRELOAD into) logind's executable, but not as root.
+    std::fs::set_permissions(&dgpu, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let as_nobody = [
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        logind.as_str(),
+    ];
+    assert_eq!(
+        open_with(&env, "setpriv", &as_nobody, &dgpu),
+        EPERM,
+        "logind's executable run by a plain user is not logind"
     );
 
     // The granted process exits: its grant goes, and logind's open with it.
