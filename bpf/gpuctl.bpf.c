@@ -154,6 +154,32 @@ static __always_inline void count_denied(__u32 gpu)
 		*cnt += 1;
 }
 
+/*
+ * The role (GPUCTL_SVC_*) of the current task's executable, 0 if none. Only
+ * root's processes have one: a user can run (and LD_PRELOAD into) a copy of
+ * logind's executable, but not as root.
+ */
+static __always_inline __u32 current_service(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct file_key k = {};
+	struct mm_struct *mm = task->mm;
+	struct file *exe;
+	__u32 *svc;
+
+	if ((bpf_get_current_uid_gid() & 0xffffffff) != 0)
+		return 0;
+	if (!mm)
+		return 0;
+	exe = mm->exe_file;
+	if (!exe)
+		return 0;
+	k.dev = exe->f_inode->i_sb->s_dev;
+	k.ino = exe->f_inode->i_ino;
+	svc = bpf_map_lookup_elem(&services, &k);
+	return svc ? *svc : 0;
+}
+
 /* Rate-limited (per CPU) denial event, only while someone listens. */
 static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u32 major,
 					__u32 minor)
@@ -184,7 +210,7 @@ static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u
 	e->major = major;
 	e->minor = minor;
 	e->uid = bpf_get_current_uid_gid() & 0xffffffff;
-	e->pad = 0;
+	e->svc = current_service();
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);
 }
@@ -215,32 +241,6 @@ static __always_inline __u32 task_session(struct task_struct *task)
 	if (bpf_core_field_exists(task->sessionid))
 		return task->sessionid;
 	return GPUCTL_NO_SESSION;
-}
-
-/*
- * The role (GPUCTL_SVC_*) of the current task's executable, 0 if none. Only
- * root's processes have one: a user can run (and LD_PRELOAD into) a copy of
- * logind's executable, but not as root.
- */
-static __always_inline __u32 current_service(void)
-{
-	struct task_struct *task = bpf_get_current_task_btf();
-	struct file_key k = {};
-	struct mm_struct *mm = task->mm;
-	struct file *exe;
-	__u32 *svc;
-
-	if ((bpf_get_current_uid_gid() & 0xffffffff) != 0)
-		return 0;
-	if (!mm)
-		return 0;
-	exe = mm->exe_file;
-	if (!exe)
-		return 0;
-	k.dev = exe->f_inode->i_sb->s_dev;
-	k.ino = exe->f_inode->i_ino;
-	svc = bpf_map_lookup_elem(&services, &k);
-	return svc ? *svc : 0;
 }
 
 struct session_scan {

@@ -149,7 +149,8 @@ struct deny_event {
 	char comm[16];
 	/* The task's real uid (who may see its pid and comm). */
 	__u32 uid;
-	__u32 pad;
+	/* The task's role (GPUCTL_SVC_*: logind opening for a compositor), 0 if none. */
+	__u32 svc;
 };
 
 #endif /* GPUCTL_H */

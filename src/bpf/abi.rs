@@ -249,6 +249,7 @@ impl From<&g::deny_event> for DenyEvent {
             gpu: e.gpu,
             node: DevNum::new(e.major, e.minor),
             uid: e.uid,
+            service: crate::bpf::Service::from_raw(e.svc),
         }
     }
 }

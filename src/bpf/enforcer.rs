@@ -121,7 +121,8 @@ pub struct Grant {
 }
 
 /// A system program with a role in the kernel's decision (`services`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Service {
     /// systemd-udevd and its workers: read a blocked GPU's `uevent`.
     Udev,
@@ -130,6 +131,15 @@ pub enum Service {
 }
 
 impl Service {
+    /// From `deny_event.svc` (0 or an unknown value: none).
+    pub fn from_raw(v: u32) -> Option<Service> {
+        match v {
+            abi::SVC_UDEV => Some(Service::Udev),
+            abi::SVC_LOGIND => Some(Service::Logind),
+            _ => None,
+        }
+    }
+
     fn raw(self) -> u32 {
         match self {
             Service::Udev => abi::SVC_UDEV,
@@ -164,6 +174,9 @@ pub struct DenyEvent {
     pub node: DevNum,
     /// The denied task's real uid.
     pub uid: u32,
+    /// The denied task's role: `Some(Logind)` when logind opened the node
+    /// for a compositor (`TakeDevice`).
+    pub service: Option<Service>,
 }
 
 /// Owns the loaded BPF object and every attachment. Dropping it detaches

@@ -86,6 +86,10 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
     let logind = logind.to_string_lossy().into_owned();
     env.extra_daemon_args = vec!["--logind".into(), logind.clone()];
     env.start();
+    // Only this test's grants: another test's `gpuctl run` child carries
+    // DRI_PRIME strings this daemon's exec hook would grant too.
+    let out = env.gpuctl(&["config", "env_grants", "false"]);
+    assert!(out.status.success(), "{}", describe(&out));
     let out = env.gpuctl(&["set", "smart"]);
     assert!(out.status.success(), "{}", describe(&out));
     let dgpu = env.mknod(226, 0).to_string_lossy().into_owned();
@@ -143,4 +147,54 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
     assert_eq!(open_as(&env, &logind, &dgpu), EPERM, "integrated mode");
     granted.kill().unwrap();
     granted.wait().unwrap();
+}
+
+/// A compositor refused through logind is named for what it is in `events`
+/// (`via: logind`, a `why` that says so), not as logind's own open.
+#[test]
+#[ignore = "root"]
+fn events_say_logind_was_refused_for_a_compositor() {
+    require_root(module_path!());
+    let mut env = Env::new(machine("intel_nvidia"));
+    let logind = env.dir.join("systemd-logind");
+    std::fs::copy("/bin/sh", &logind).unwrap();
+    std::fs::set_permissions(&logind, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let logind = logind.to_string_lossy().into_owned();
+    env.extra_daemon_args = vec!["--logind".into(), logind.clone()];
+    env.start();
+    // Only this test's grants: another test's `gpuctl run` child carries
+    // DRI_PRIME strings this daemon's exec hook would grant too.
+    let out = env.gpuctl(&["config", "env_grants", "false"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let out = env.gpuctl(&["set", "smart"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let dgpu = env.mknod(226, 129).to_string_lossy().into_owned();
+    let mut child = Command::new(BIN)
+        .env("GPUCTL_SOCKET", env.socket())
+        .args(["events", "--json"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while env.json(&["status"])["events"] != true {
+        assert!(t0.elapsed() < Duration::from_secs(5), "no subscriber seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(open_as(&env, &logind, &dgpu), EPERM);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(v["event"], "denied", "{v}");
+    assert_eq!(v["via"], "logind", "{v}");
+    let why = v["why"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("compositor") && why.contains("gpuctl run") && why.contains("GPU 1"),
+        "{v}"
+    );
 }
