@@ -127,6 +127,18 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
         "logind's executable run by a plain user is not logind"
     );
 
+    // An upgrade renames a new file over logind's: the daemon re-resolves it
+    // (inotify), and the new inode is logind.
+    let new = format!("{logind}.new");
+    std::fs::copy("/bin/sh", &new).unwrap();
+    std::fs::set_permissions(&new, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&new, &logind).unwrap();
+    assert_eq!(
+        wait_opened(&env, &logind, &dgpu),
+        ENXIO,
+        "the replaced logind executable is re-resolved"
+    );
+
     // The granted process exits: its grant goes, and logind's open with it.
     granted.kill().unwrap();
     granted.wait().unwrap();
