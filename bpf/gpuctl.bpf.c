@@ -33,6 +33,8 @@ char LICENSE[] SEC("license") = "GPL";
 #define S_IFCHR 0020000
 #define S_IFREG 0100000
 #define SYSFS_MAGIC 0x62656572
+/* fmode_t bit of a file opened for reading (include/linux/fs.h). */
+#define FMODE_READ 0x1
 #define MINORBITS 20
 #define MINORMASK ((1U << MINORBITS) - 1)
 /* NSEC_PER_SEC / USER_HZ: /proc/<pid>/stat counts start times in 1/100 s. */
@@ -87,6 +89,19 @@ struct {
 	__type(value, struct app_rule);
 } apps SEC(".maps");
 
+/*
+ * System programs with a role (GPUCTL_SVC_*), keyed like `apps` by the
+ * kernel's identity of their executable: the daemon resolves systemd-udevd
+ * and systemd-logind at start and again when a package upgrade replaces
+ * them. A process is what its executable is, never what its name says.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GPUCTL_MAX_SERVICES);
+	__type(key, struct file_key);
+	__type(value, __u32);
+} services SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
 	__uint(max_entries, 64 * 1024);
@@ -139,6 +154,32 @@ static __always_inline void count_denied(__u32 gpu)
 		*cnt += 1;
 }
 
+/*
+ * The role (GPUCTL_SVC_*) of the current task's executable, 0 if none. Only
+ * root's processes have one: a user can run (and LD_PRELOAD into) a copy of
+ * logind's executable, but not as root.
+ */
+static __always_inline __u32 current_service(void)
+{
+	struct task_struct *task = bpf_get_current_task_btf();
+	struct file_key k = {};
+	struct mm_struct *mm = task->mm;
+	struct file *exe;
+	__u32 *svc;
+
+	if ((bpf_get_current_uid_gid() & 0xffffffff) != 0)
+		return 0;
+	if (!mm)
+		return 0;
+	exe = mm->exe_file;
+	if (!exe)
+		return 0;
+	k.dev = exe->f_inode->i_sb->s_dev;
+	k.ino = exe->f_inode->i_ino;
+	svc = bpf_map_lookup_elem(&services, &k);
+	return svc ? *svc : 0;
+}
+
 /* Rate-limited (per CPU) denial event, only while someone listens. */
 static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u32 major,
 					__u32 minor)
@@ -169,7 +210,7 @@ static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u
 	e->major = major;
 	e->minor = minor;
 	e->uid = bpf_get_current_uid_gid() & 0xffffffff;
-	e->pad = 0;
+	e->svc = current_service();
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);
 }
@@ -192,6 +233,48 @@ static __always_inline struct grant *current_grant(__u32 tgid)
 	if (g && g->start != start_ticks(bpf_get_current_task_btf()))
 		return NULL;
 	return g;
+}
+
+/* The audit session id of `task` (GPUCTL_NO_SESSION without CONFIG_AUDIT). */
+static __always_inline __u32 task_session(struct task_struct *task)
+{
+	if (bpf_core_field_exists(task->sessionid))
+		return task->sessionid;
+	return GPUCTL_NO_SESSION;
+}
+
+struct session_scan {
+	__u32 bit;
+	bool found;
+};
+
+static long session_grant_cb(struct bpf_map *map, __u32 *tgid, struct grant *g,
+			     struct session_scan *scan)
+{
+	if ((g->gpus & scan->bit) && g->session != GPUCTL_NO_SESSION) {
+		scan->found = true;
+		return 1;
+	}
+	return 0;
+}
+
+/*
+ * logind opens a GPU's node for a compositor (TakeDevice) in its own
+ * context: the kernel cannot tell which session the open serves. It is let
+ * through, in smart mode only, while some process in a login session holds
+ * a grant for that GPU (docs/DESIGN-NOTES.md, issue 22). Scans `grants`,
+ * but only for logind's opens of a blocked node (a few per session start).
+ */
+static __always_inline bool logind_for_granted_session(const struct dev_rule *rule)
+{
+	struct session_scan scan = {.bit = 1U << (rule->gpu & 31)};
+
+	if (!(rule->flags & GPUCTL_RULE_GRANTABLE))
+		return false;
+	if (current_service() != GPUCTL_SVC_LOGIND)
+		return false;
+	bpf_for_each_map_elem(&grants, session_grant_cb, &scan, 0);
+	return scan.found;
 }
 
 /*
@@ -241,6 +324,8 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 	task = bpf_get_current_task_btf();
 	if (!decide(rule, task->tgid))
 		return 1;
+	if (logind_for_granted_session(rule))
+		return 1;
 
 	count_denied(rule->gpu);
 	emit_denied(task, rule->gpu, key.major, key.minor);
@@ -256,8 +341,9 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
  * CO-RE-relocated) loads, not bpf_probe_read_kernel calls: this runs on
  * every open while something is blocked.
  */
-static __always_inline struct dev_rule *lsm_check(struct inode *inode, struct dev_key *devkey)
+static __always_inline struct dev_rule *lsm_check(struct file *file, struct dev_key *devkey)
 {
+	struct inode *inode = file->f_inode;
 	umode_t mode = inode->i_mode;
 	struct dev_rule *rule;
 	__u32 tgid;
@@ -285,14 +371,27 @@ static __always_inline struct dev_rule *lsm_check(struct inode *inode, struct de
 	if (!rule)
 		return NULL;
 	tgid = bpf_get_current_pid_tgid() >> 32;
-	return decide(rule, tgid) ? rule : NULL;
+	if (!decide(rule, tgid))
+		return NULL;
+	if (rule->flags & GPUCTL_RULE_ENUM) {
+		/* Writing `uevent` (udevadm trigger) only asks for an event. */
+		if (!(file->f_mode & FMODE_READ))
+			return NULL;
+		/* udevd and its workers (forks, same executable) read it. */
+		if (current_service() == GPUCTL_SVC_UDEV)
+			return NULL;
+		return rule;
+	}
+	if ((mode & S_IFMT) == S_IFCHR && logind_for_granted_session(rule))
+		return NULL;
+	return rule;
 }
 
 SEC("lsm/file_open")
 int BPF_PROG(gpuctl_file_open, struct file *file)
 {
 	struct dev_key key;
-	struct dev_rule *rule = lsm_check(file->f_inode, &key);
+	struct dev_rule *rule = lsm_check(file, &key);
 
 	if (!rule)
 		return 0;
@@ -330,6 +429,7 @@ int BPF_PROG(gpuctl_fork, struct task_struct *parent, struct task_struct *child)
 		struct grant copy = *g;
 
 		copy.start = start_ticks(child);
+		copy.session = task_session(child);
 		put_grant(ctgid, &copy);
 	}
 	return 0;
@@ -486,6 +586,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		g.gpus = app->gpus;
 		g.how = GPUCTL_GRANT_APP;
 		g.start = start_ticks(p);
+		g.session = task_session(p);
 		put_grant(tgid, &g);
 		return 0;
 	}
@@ -504,6 +605,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	g.gpus = scan.gpus;
 	g.how = GPUCTL_GRANT_ENV;
 	g.start = start_ticks(p);
+	g.session = task_session(p);
 	put_grant(tgid, &g);
 	if (log_level >= GPUCTL_LOG_DEBUG)
 		bpf_printk("gpuctl: env grant for %u", tgid);

@@ -42,7 +42,29 @@ enum {
 	GPUCTL_RULE_GRANTABLE = 1,
 	/* The default GPU's node: denied only to trees with an exclusive grant. */
 	GPUCTL_RULE_ONLY_HIDE = 2,
+	/*
+	 * A sysfs file only enumerators read (the function's `uevent`): udevd
+	 * reads it, and a write-only open (`udevadm trigger`) is never denied.
+	 */
+	GPUCTL_RULE_ENUM = 4,
 };
+
+/* Value of `services`: what a system program is, by its executable. */
+enum {
+	/* systemd-udevd and its workers: may read a blocked GPU's `uevent`. */
+	GPUCTL_SVC_UDEV = 1,
+	/*
+	 * systemd-logind: may open a blocked GPU's nodes in smart mode while a
+	 * process in a login (audit) session holds a grant for that GPU
+	 * (compositors open the card through logind's TakeDevice).
+	 */
+	GPUCTL_SVC_LOGIND = 2,
+};
+
+/* System programs with a role (udevd, logind), by executable. */
+#define GPUCTL_MAX_SERVICES 16
+/* The audit session id of a task in no login session. */
+#define GPUCTL_NO_SESSION 0xffffffffU
 
 /* grant.how */
 enum {
@@ -98,6 +120,12 @@ struct grant {
 	__u16 how;
 	__u16 flags;
 	__u64 start;
+	/*
+	 * The holder's audit session id (`/proc/<pid>/sessionid`, the logind
+	 * session on systems with audit), GPUCTL_NO_SESSION if none.
+	 */
+	__u32 session;
+	__u32 pad;
 };
 
 /* Value of `apps`. */
@@ -121,7 +149,8 @@ struct deny_event {
 	char comm[16];
 	/* The task's real uid (who may see its pid and comm). */
 	__u32 uid;
-	__u32 pad;
+	/* The task's role (GPUCTL_SVC_*: logind opening for a compositor), 0 if none. */
+	__u32 svc;
 };
 
 #endif /* GPUCTL_H */

@@ -90,6 +90,7 @@ struct signal_struct {
 struct mm_struct {
 	unsigned long env_start;
 	unsigned long env_end;
+	struct file *exe_file;
 } __attribute__((preserve_access_index));
 
 struct task_struct {
@@ -100,6 +101,8 @@ struct task_struct {
 	struct signal_struct *signal;
 	struct task_struct *group_leader;
 	__u64 start_boottime;
+	/* CONFIG_AUDIT only: read under bpf_core_field_exists. */
+	unsigned int sessionid;
 } __attribute__((preserve_access_index));
 
 struct super_block {
@@ -124,6 +127,7 @@ struct path {
 
 struct file {
 	struct inode *f_inode;
+	unsigned int f_mode;
 } __attribute__((preserve_access_index));
 
 struct linux_binprm {
@@ -131,6 +135,7 @@ struct linux_binprm {
 } __attribute__((preserve_access_index));
 
 struct seq_file;
+struct bpf_map;
 
 struct bpf_iter_meta {
 	struct seq_file *seq;

@@ -110,6 +110,12 @@ enum Cmd {
         /// Print libbpf's debug messages (the verifier log on failure).
         #[arg(long)]
         verbose: bool,
+        /// Where systemd-udevd is (first that exists; tests). Hidden from help.
+        #[arg(long, hide = true, value_delimiter = ':', default_value = daemon::UDEVD_PATHS)]
+        udevd: Vec<PathBuf>,
+        /// Where systemd-logind is (first that exists; tests). Hidden from help.
+        #[arg(long, hide = true, value_delimiter = ':', default_value = daemon::LOGIND_PATHS)]
+        logind: Vec<PathBuf>,
     },
     /// List the GPUs (works without the daemon).
     List {

@@ -14,6 +14,9 @@ use crate::gpu::{DevNum, FileId, Gpu, Inventory, PciAddr, NVIDIACTL};
 pub const RULE_GRANTABLE: u32 = 1;
 /// `NodeRule::flags`: a default-GPU node, hidden only from `--only` trees.
 pub const RULE_ONLY_HIDE: u32 = 2;
+/// A sysfs file only enumerators read (`uevent`): udevd may read it and a
+/// write-only open is never denied (`GPUCTL_RULE_ENUM`).
+pub const RULE_ENUM: u32 = 4;
 
 /// How the kernel treats one blocked device node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -121,6 +124,9 @@ pub struct Plan {
     pub nodes: BTreeMap<DevNum, NodeRule>,
     /// Sysfs files that wake a blocked GPU when read (lsm backend only).
     pub files: BTreeMap<FileId, u32>,
+    /// Which of `files` only enumerators read (`uevent`): udevd reads them,
+    /// and a write-only open (`udevadm trigger`) is allowed.
+    pub enum_files: BTreeSet<FileId>,
     /// Smart mode: the fork/exec/exit hooks must be attached.
     pub smart: bool,
     /// Smart mode: the environment strings an exec is granted for, and the
@@ -263,6 +269,7 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
         for f in gpu.wake_files.iter().chain(&gpu.enum_files) {
             out.files.insert(*f, gpu.id);
         }
+        out.enum_files.extend(gpu.enum_files.iter().copied());
     }
     // Smart mode: the default GPU stays open to everyone, except trees
     // granted with `--only`, which see only their GPU.
@@ -526,6 +533,7 @@ mod tests {
         inv.gpus[1].enum_files.push(uevent);
         let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
         assert_eq!((p.files[&f], p.files[&uevent]), (1, 1));
+        assert!(p.enum_files.contains(&uevent) && !p.enum_files.contains(&f));
         assert!(plan(&inv, &choice(Mode::Hybrid)).unwrap().files.is_empty());
     }
 

@@ -51,6 +51,12 @@ const GRANT_ENV: u16 = 2;
 const GRANT_APP: u16 = 3;
 /// `grant.flags`: `GPUCTL_GRANT_ONLY`.
 const GRANT_ONLY: u16 = 1;
+/// `grant.session` of a process in no login session (`GPUCTL_NO_SESSION`).
+pub const NO_SESSION: u32 = 0xffff_ffff;
+
+/// `services` values: `GPUCTL_SVC_UDEV`, `GPUCTL_SVC_LOGIND`.
+pub const SVC_UDEV: u32 = 1;
+pub const SVC_LOGIND: u32 = 2;
 
 /// `pm_dev.role`: `GPUCTL_PM_GPU`, `_SIBLING`, `_BRIDGE`.
 const PM_GPU: u32 = 0;
@@ -217,6 +223,9 @@ impl From<&Grant> for g::grant {
             how: gr.how.raw(),
             flags: if gr.only { GRANT_ONLY } else { 0 },
             start: gr.start,
+            // Filled in by `Enforcer::grant` from /proc/<pid>/sessionid.
+            session: NO_SESSION,
+            pad: 0,
         }
     }
 }
@@ -240,6 +249,7 @@ impl From<&g::deny_event> for DenyEvent {
             gpu: e.gpu,
             node: DevNum::new(e.major, e.minor),
             uid: e.uid,
+            service: crate::bpf::Service::from_raw(e.svc),
         }
     }
 }
@@ -368,6 +378,9 @@ mod tests {
                 "GPUCTL_RULE_ONLY_HIDE",
                 crate::policy::RULE_ONLY_HIDE,
             ),
+            (gpuctl, "GPUCTL_RULE_ENUM", crate::policy::RULE_ENUM),
+            (gpuctl, "GPUCTL_SVC_UDEV", SVC_UDEV),
+            (gpuctl, "GPUCTL_SVC_LOGIND", SVC_LOGIND),
             (power, "GPUCTL_PM_GPU", PM_GPU),
             (power, "GPUCTL_PM_SIBLING", PM_SIBLING),
             (power, "GPUCTL_PM_BRIDGE", PM_BRIDGE),
@@ -386,6 +399,8 @@ mod tests {
             (gpuctl, "GPUCTL_MAX_GPUS", MAX_GPUS as usize),
             (gpuctl, "GPUCTL_ENV_KEY_LEN", ENV_KEY_LEN),
         ];
+        assert!(gpuctl.contains("#define GPUCTL_NO_SESSION 0xffffffffU\n"));
+        assert_eq!(NO_SESSION, u32::MAX);
         for (header, name, value) in defines {
             let line = format!("#define {name} {value}\n");
             assert!(header.contains(&line), "the header has no {line:?}");

@@ -120,6 +120,50 @@ pub struct Grant {
     pub start: u64,
 }
 
+/// A system program with a role in the kernel's decision (`services`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Service {
+    /// systemd-udevd and its workers: read a blocked GPU's `uevent`.
+    Udev,
+    /// systemd-logind: opens a blocked GPU's nodes for a granted session.
+    Logind,
+}
+
+impl Service {
+    /// From `deny_event.svc` (0 or an unknown value: none).
+    pub fn from_raw(v: u32) -> Option<Service> {
+        match v {
+            abi::SVC_UDEV => Some(Service::Udev),
+            abi::SVC_LOGIND => Some(Service::Logind),
+            _ => None,
+        }
+    }
+
+    fn raw(self) -> u32 {
+        match self {
+            Service::Udev => abi::SVC_UDEV,
+            Service::Logind => abi::SVC_LOGIND,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Service::Udev => "systemd-udevd",
+            Service::Logind => "systemd-logind",
+        }
+    }
+}
+
+/// The audit session id of `pid` (`/proc/<pid>/sessionid`; the logind
+/// session on systems with audit), or "none" if it has none or is gone.
+fn session_id(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/sessionid"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(abi::NO_SESSION)
+}
+
 /// A denied open reported by the kernel (`struct deny_event`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DenyEvent {
@@ -130,6 +174,9 @@ pub struct DenyEvent {
     pub node: DevNum,
     /// The denied task's real uid.
     pub uid: u32,
+    /// The denied task's role: `Some(Logind)` when logind opened the node
+    /// for a compositor (`TakeDevice`).
+    pub service: Option<Service>,
 }
 
 /// Owns the loaded BPF object and every attachment. Dropping it detaches
@@ -365,6 +412,11 @@ impl Enforcer {
                 0
             };
             for (f, gpu) in &plan.files {
+                let flags = if plan.enum_files.contains(f) {
+                    flags | crate::policy::RULE_ENUM
+                } else {
+                    flags
+                };
                 let rule = NodeRule { gpu: *gpu, flags };
                 if self.files.get(f) == Some(&rule) {
                     continue;
@@ -456,7 +508,8 @@ impl Enforcer {
     /// in `g.gpus`; every process it forks from now on inherits it.
     /// `Ok(false)`: the grant map is full, and the process stays denied.
     pub fn grant(&self, g: &Grant) -> Result<bool> {
-        let value = types::grant::from(g);
+        let mut value = types::grant::from(g);
+        value.session = session_id(g.pid);
         let res =
             self.skel
                 .maps
@@ -514,6 +567,24 @@ impl Enforcer {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(e).context("removing an app rule"),
+            },
+        }
+    }
+
+    /// Gives (or, with `None`, takes away) a system program's role
+    /// ([`Service`]), by the kernel's identity of its executable.
+    pub fn set_service(&self, file: FileId, svc: Option<Service>) -> Result<()> {
+        let map = &self.skel.maps.services;
+        let key = abi::file_key(file);
+        let key = abi::bytes(&key);
+        match svc {
+            Some(s) => map
+                .update(key, &s.raw().to_ne_bytes(), MapFlags::ANY)
+                .with_context(|| format!("storing the executable of {}", s.name())),
+            None => match map.delete(key) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e).context("removing a system program's executable"),
             },
         }
     }
@@ -689,5 +760,108 @@ mod tests {
         drop(e);
         std::fs::remove_dir(&cg).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The kernel's identity of a sysfs file, as discovery computes it.
+    fn sysfs_id(path: &str) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).unwrap();
+        FileId {
+            dev: DevNum::from_userspace(m.dev()),
+            ino: m.ino(),
+        }
+    }
+
+    /// The exit code of `argv`, with its stderr.
+    fn status(argv: &[&str]) -> (i32, String) {
+        let out = std::process::Command::new(argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code().unwrap_or(-1), err)
+    }
+
+    /// Root only, BPF LSM active (issue 22): a blocked GPU's `uevent` is
+    /// denied to ordinary readers, but read by systemd-udevd (known by
+    /// the kernel's identity of its executable, not its name) and never
+    /// denied to a write-only open (`udevadm trigger`); a wake file
+    /// (config, resource, rom) stays denied to udevd and to writers.
+    /// Real sysfs files stand in for the GPU's: `mem/null/uevent` as its
+    /// `uevent`, `mem/zero/uevent` as its `config`.
+    #[test]
+    #[ignore = "root"]
+    fn lsm_lets_udevd_read_uevent_and_writers_write_it() {
+        crate::bpf::require_root("lsm_lets_udevd_read_uevent_and_writers_write_it");
+        let lsms = std::fs::read_to_string("/sys/kernel/security/lsm").unwrap_or_default();
+        if !kernel::bpf_lsm_active(&lsms) {
+            eprintln!("skipped: the BPF LSM is not active on this kernel");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("gpuctl-unit-udev-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Named like nothing: only the executable's identity counts.
+        let udevd = dir.join("not-udevd");
+        let cat = dir.join("systemd-udevd");
+        std::fs::copy("/bin/cat", &udevd).unwrap();
+        std::fs::copy("/bin/cat", &cat).unwrap();
+        let (udevd, cat) = (udevd.to_str().unwrap(), cat.to_str().unwrap());
+
+        let loaded = Enforcer::load(&Options {
+            backend: Backend::Lsm,
+            cgroup: None,
+            log_level: LogLevel::Off,
+            daemon_tgid: 0,
+            max_grants: 16,
+        });
+        // Some hosts list `bpf` but refuse LSM programs (EPERM at load);
+        // the distro tier's booted Debian runs this path for real.
+        let mut e = match loaded {
+            Ok(e) => e,
+            Err(err) => {
+                std::fs::remove_dir_all(&dir).unwrap();
+                eprintln!("skipped: the lsm backend does not load here: {err:#}");
+                return;
+            }
+        };
+        let exe = std::fs::File::open(udevd).unwrap();
+        let id = e.kernel_file_id(&exe).unwrap();
+        e.set_service(id, Some(Service::Udev)).unwrap();
+
+        let (uevent, config) = ("/sys/class/mem/null/uevent", "/sys/class/mem/zero/uevent");
+        let mut plan = Plan::default();
+        plan.files.insert(sysfs_id(uevent), 2);
+        plan.files.insert(sysfs_id(config), 2);
+        plan.enum_files.insert(sysfs_id(uevent));
+        e.apply(&plan).unwrap();
+        assert!(e.attached());
+
+        let denied = |r: (i32, String)| r.0 != 0 && r.1.contains("Operation not permitted");
+        let read_plain = status(&[cat, uevent]);
+        let read_udevd = status(&[udevd, uevent]);
+        let write_uevent = status(&["sh", "-c", &format!("exec 3>{uevent}")]);
+        let udevd_config = status(&[udevd, config]);
+        let write_config = status(&["sh", "-c", &format!("exec 3>{config}")]);
+        e.apply(&Plan::default()).unwrap();
+        drop(e);
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        assert!(
+            denied(read_plain.clone()),
+            "a plain reader is denied: {read_plain:?}"
+        );
+        assert_eq!(read_udevd.0, 0, "udevd reads uevent: {read_udevd:?}");
+        assert_eq!(
+            write_uevent.0, 0,
+            "a write-only open of uevent: {write_uevent:?}"
+        );
+        assert!(
+            denied(udevd_config.clone()),
+            "udevd may not read a wake file: {udevd_config:?}"
+        );
+        assert!(
+            denied(write_config.clone()),
+            "nor may a writer open one: {write_config:?}"
+        );
     }
 }

@@ -216,6 +216,38 @@ fn nvidia_checks(r: &mut Report, roots: &Roots) {
     }
 }
 
+/// The desktop's own switcheroo-control (Fedora and Ubuntu install it):
+/// its pid, if running. Its `comm` is the name cut to 15 bytes.
+fn switcheroo_control_pid(procfs: &Path) -> Option<u32> {
+    std::fs::read_dir(procfs).ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let comm = read(&e.path().join("comm"))?;
+        (comm.trim_end() == "switcheroo-cont").then_some(pid)
+    })
+}
+
+/// switcheroo-control keeps offering a blocked GPU to the desktop.
+fn switcheroo_checks(r: &mut Report, roots: &Roots, mode: Option<crate::policy::Mode>) {
+    let Some(pid) = switcheroo_control_pid(&roots.procfs) else {
+        return;
+    };
+    let integrated = mode == Some(crate::policy::Mode::Integrated);
+    r.say(
+        if integrated { Level::Warn } else { Level::Info },
+        &format!(
+            "the desktop's switcheroo-control is running (pid {pid}): in integrated mode it \
+             still offers the blocked GPU to the desktop, and \"Launch using Discrete \
+             Graphics\" then silently runs on the integrated GPU"
+        ),
+        Some(
+            "systemctl disable --now switcheroo-control.service\n\
+             (then no desktop offers the blocked GPU; gpuctl's own \
+             net.hadess.SwitcherooControl service, where installed, answers in its place)"
+                .into(),
+        ),
+    );
+}
+
 /// Runs every check and prints the report; exit status 1 if any failed.
 pub fn run(socket: &Path, roots: &Roots) -> u8 {
     let mut r = Report {
@@ -262,6 +294,8 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
             Some("systemctl enable --now gpuctl".into()),
         ),
     }
+
+    switcheroo_checks(&mut r, roots, status.as_ref().map(|s| s.mode));
 
     // Who keeps the offload GPUs awake right now.
     let holders: Vec<Holder> = client::request(socket, &Request::Who { gpu: None })

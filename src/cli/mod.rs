@@ -30,6 +30,8 @@ pub fn run(cli: Cli) -> u8 {
             backend,
             cgroup,
             verbose,
+            udevd,
+            logind,
         } => {
             let opts = daemon::Options {
                 roots,
@@ -39,6 +41,10 @@ pub fn run(cli: Cli) -> u8 {
                 backend,
                 cgroup,
                 verbose,
+                services: vec![
+                    (crate::bpf::Service::Udev, udevd),
+                    (crate::bpf::Service::Logind, logind),
+                ],
             };
             match daemon::run(opts) {
                 Ok(()) => exit::OK,

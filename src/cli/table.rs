@@ -301,12 +301,16 @@ pub fn event(v: &Denied) -> String {
     } else {
         opt(v.node)
     };
-    format!(
+    let line = format!(
         "{:<8}  {:<16}  {:<4}  {node}",
         opt(v.pid),
         opt(v.comm.as_deref()),
         v.gpu
-    )
+    );
+    match &v.why {
+        Some(why) => format!("{line:<40}  {why}"),
+        None => line,
+    }
 }
 
 /// Why the mode is in force, from the `auto` object of `status`:

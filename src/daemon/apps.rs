@@ -5,6 +5,11 @@
 //! path. Each rule's directory is watched with inotify, so a file replaced
 //! by a package upgrade (a new inode renamed over the path) is re-resolved
 //! without polling.
+//!
+//! The same watches keep the kernel's identity of the system programs with
+//! a role (systemd-udevd reads a blocked GPU's `uevent`, systemd-logind
+//! opens its card for a granted session: [`Service`]) current across
+//! upgrades.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -18,7 +23,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::core::Core;
 use super::log::log;
-use crate::bpf::Enforcer;
+use crate::bpf::{Enforcer, Service};
 use crate::gpu::{self, Inventory};
 use crate::policy::{AppRule, Choice};
 
@@ -37,11 +42,17 @@ pub struct Apps {
     watches: BTreeMap<WatchDescriptor, PathBuf>,
     /// The inotify watch on the socket's directory.
     socket_watch: Option<WatchDescriptor>,
+    /// System programs with a role, with the paths each may be at.
+    services: Vec<(Service, Vec<PathBuf>)>,
+    /// Where each found service is (its real path) and its kernel identity.
+    service_ids: BTreeMap<Service, (PathBuf, gpu::FileId)>,
 }
 
 impl Apps {
-    pub fn new() -> Result<Apps> {
+    pub fn new(services: Vec<(Service, Vec<PathBuf>)>) -> Result<Apps> {
         Ok(Apps {
+            services,
+            service_ids: BTreeMap::new(),
             errors: BTreeMap::new(),
             ids: BTreeMap::new(),
             inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
@@ -69,6 +80,59 @@ impl Apps {
                 Err(e) => {
                     log!("app rule for {path} not in force: {e:#}");
                     self.errors.insert(path.clone(), format!("{e:#}"));
+                }
+            }
+        }
+    }
+
+    /// Resolves each system program ([`Service`]) to the kernel's identity
+    /// of its executable and gives it its role; a program not installed is
+    /// logged (its role is simply absent). Called at start and when a
+    /// watched directory changes (a package upgrade replaced the file).
+    pub fn load_services(&mut self, core: &mut Core) {
+        for (svc, paths) in self.services.clone() {
+            let found = paths.iter().find_map(|p| std::fs::canonicalize(p).ok());
+            let resolved = found.as_ref().map(|real| -> Result<gpu::FileId> {
+                self.watch_dir_of(&real.to_string_lossy());
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                    .open(real)
+                    .with_context(|| format!("opening {}", real.display()))?;
+                core.enforcer.kernel_file_id(&f)
+            });
+            let old = self.service_ids.get(&svc).map(|(_, id)| *id);
+            match (found, resolved) {
+                (Some(real), Some(Ok(id))) => {
+                    if old == Some(id) {
+                        continue;
+                    }
+                    if let Some(old) = old {
+                        let _ = core.enforcer.set_service(old, None);
+                    }
+                    match core.enforcer.set_service(id, Some(svc)) {
+                        Ok(()) => {
+                            log!("{} is {}", svc.name(), real.display());
+                            self.service_ids.insert(svc, (real, id));
+                        }
+                        Err(e) => log!("{}: {e:#}", svc.name()),
+                    }
+                }
+                (_, Some(Err(e))) => log!("{}: {e:#}", svc.name()),
+                _ => {
+                    if let Some(old) = old {
+                        let _ = core.enforcer.set_service(old, None);
+                        self.service_ids.remove(&svc);
+                    }
+                    log!(
+                        "{} not found (looked at {}); its role is off",
+                        svc.name(),
+                        paths
+                            .iter()
+                            .map(|p| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
                 }
             }
         }
@@ -194,7 +258,13 @@ impl Apps {
             let (Some(dir), Some(name)) = (self.watches.get(&ev.wd), ev.name) else {
                 continue;
             };
-            let path = dir.join(name).to_string_lossy().into_owned();
+            let full = dir.join(&name);
+            if self.service_ids.values().any(|(p, _)| *p == full)
+                || self.services.iter().any(|(_, ps)| ps.contains(&full))
+            {
+                news.services = true;
+            }
+            let path = full.to_string_lossy().into_owned();
             if core.choice().apps.contains_key(&path) && !news.replaced.contains(&path) {
                 news.replaced.push(path);
             }
@@ -229,6 +299,8 @@ pub struct Inotified {
     pub socket_gone: bool,
     /// App-rule paths whose file changed, each once.
     pub replaced: Vec<String>,
+    /// A system program's file changed: re-resolve them ([`Apps::load_services`]).
+    pub services: bool,
 }
 
 /// The GPUs a rule is about: its GPU, or every offload GPU.

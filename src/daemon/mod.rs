@@ -67,7 +67,15 @@ pub struct Options {
     pub backend: BackendChoice,
     pub cgroup: Option<PathBuf>,
     pub verbose: bool,
+    /// System programs with a role in the kernel's decision, each with the
+    /// paths it may be installed at (the first that exists is used).
+    pub services: Vec<(crate::bpf::Service, Vec<PathBuf>)>,
 }
+
+/// Where systemd-udevd is installed (merged /usr first; `:`-separated).
+pub const UDEVD_PATHS: &str = "/usr/lib/systemd/systemd-udevd:/lib/systemd/systemd-udevd";
+/// Where systemd-logind is installed (merged /usr first; `:`-separated).
+pub const LOGIND_PATHS: &str = "/usr/lib/systemd/systemd-logind:/lib/systemd/systemd-logind";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {

@@ -206,6 +206,9 @@ fn on_ready(
                 rebind_if_gone(server);
             }
             d.apps.reresolve(&mut d.core, news.replaced);
+            if news.services {
+                d.apps.load_services(&mut d.core);
+            }
         }
         Src::Uevent => {
             let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
@@ -248,8 +251,32 @@ fn send_denials(d: &mut Daemon, server: &mut Server) {
             uid: Some(e.uid),
             gpu: e.gpu,
             node: Some(e.node),
+            why: Some(denial_why(d.core.choice().mode, &e)),
+            via: (e.service == Some(crate::bpf::Service::Logind)).then(|| "logind".into()),
         });
         server.broadcast(&|c: &Conn| Some(ev.clone().for_viewer(viewer(c)).to_value()));
+    }
+}
+
+/// Why gpuctl refused an open, in words that name no process.
+fn denial_why(mode: crate::policy::Mode, e: &crate::bpf::DenyEvent) -> String {
+    let g = e.gpu;
+    let logind = e.service == Some(crate::bpf::Service::Logind);
+    match (mode, logind) {
+        (crate::policy::Mode::Smart, true) => format!(
+            "gpuctl refused GPU {g} to a compositor (logind opened it for TakeDevice): no \
+             process of a login session holds a grant for GPU {g}; start the compositor \
+             with `gpuctl run`"
+        ),
+        (crate::policy::Mode::Smart, false) => format!(
+            "gpuctl refused GPU {g}: smart mode, and the program holds no grant for it \
+             (start it with `gpuctl run`, or `gpuctl app allow`)"
+        ),
+        (m, true) => format!(
+            "gpuctl refused GPU {g} to a compositor (logind opened it for TakeDevice): \
+             the mode {m} blocks GPU {g}"
+        ),
+        (m, false) => format!("gpuctl refused GPU {g}: the mode {m} blocks it"),
     }
 }
 

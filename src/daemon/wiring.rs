@@ -48,7 +48,7 @@ impl Daemon {
         let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
         let enforcer = backend::load_backend(opts, &config).map_err(|e| e.context(Unsupported))?;
         let power = Power::deferred(&opts.roots.sysfs);
-        let apps = Apps::new()?;
+        let apps = Apps::new(opts.services.clone())?;
         let uevents = match uevent::Uevents::open() {
             Ok(u) => Some(u),
             Err(e) => {
@@ -89,6 +89,7 @@ impl Daemon {
         let env_grants = d.core.config().env_grants;
         d.core.enforcer.set_env_grants(env_grants)?;
         d.sync_power();
+        d.apps.load_services(&mut d.core);
         d.apps.load(&mut d.core);
         // The automatic rules pick the mode from the power source now: the
         // rules' mode becomes the choice before the first apply, so it is

@@ -82,6 +82,10 @@ fn stop() -> Response {
 /// the process (often short-lived) still exists, for "Allow this app".
 fn exe_of(e: &Event) -> Option<String> {
     let Event::Denied(d) = e else { return None };
+    // logind opened it for a compositor: logind is not the app to allow.
+    if d.via.is_some() {
+        return None;
+    }
     let exe = std::fs::read_link(format!("/proc/{}/exe", d.pid?)).ok()?;
     let s = exe.to_str()?;
     // A deleted or replaced file cannot be allowed by path.

@@ -549,16 +549,22 @@ pub fn describe(e: &Event) -> Option<(String, String)> {
             format!("granted by {}", v.how),
         )),
         Event::Denied(v) => Some((
-            format!(
-                "{} was kept off {}",
-                who(&v.comm, v.pid.map(u64::from)),
-                gpu(v.gpu)
-            ),
-            format!(
-                "it opened {}",
-                v.node
-                    .map_or_else(|| "a device node".into(), |n| n.to_string())
-            ),
+            if v.via.as_deref() == Some("logind") {
+                format!("A compositor was kept off {} (through logind)", gpu(v.gpu))
+            } else {
+                format!(
+                    "{} was kept off {}",
+                    who(&v.comm, v.pid.map(u64::from)),
+                    gpu(v.gpu)
+                )
+            },
+            v.why.clone().unwrap_or_else(|| {
+                format!(
+                    "it opened {}",
+                    v.node
+                        .map_or_else(|| "a device node".into(), |n| n.to_string())
+                )
+            }),
         )),
         Event::Unknown => None,
     }

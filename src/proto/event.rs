@@ -64,6 +64,12 @@ pub struct Denied {
     pub gpu: u32,
     /// `226:1`; `0:0` for a sysfs file (the lsm backend).
     pub node: Option<DevNum>,
+    /// Why gpuctl refused it, a sentence naming no process (absent from
+    /// daemons before issue 22).
+    pub why: Option<String>,
+    /// `logind` when systemd-logind opened the node for a compositor
+    /// (`TakeDevice`): `comm` is then logind's, not the compositor's.
+    pub via: Option<String>,
 }
 
 /// `{"event": "mode", …}`.
@@ -134,7 +140,7 @@ pub struct PowerEvent {
 }
 
 impl Redact for Denied {
-    const PUBLIC: &'static [&'static str] = &["gpu", "node"];
+    const PUBLIC: &'static [&'static str] = &["gpu", "node", "why", "via"];
     const PRIVATE: &'static [&'static str] = &["pid", "comm", "uid"];
 
     fn visible_to(&self, viewer: Viewer) -> bool {
@@ -148,6 +154,8 @@ impl Redact for Denied {
             uid,
             gpu: _,
             node: _,
+            why: _,
+            via: _,
         } = self;
         *pid = None;
         *comm = None;

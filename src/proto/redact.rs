@@ -213,6 +213,7 @@ mod tests {
                 uid: Some(1000),
                 gpu: 1,
                 node: Some("226:1".parse().unwrap()),
+                ..Default::default()
             },
             stranger,
         );

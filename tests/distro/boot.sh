@@ -119,6 +119,10 @@ chroot "$root" dpkg -i "/root/$(basename "$deb")" >"$work/dpkg.log" 2>&1 \
   || { cat "$work/dpkg.log" >&2; die "dpkg -i in the chroot failed"; }
 mkdir -p "$root/var/lib/gpuctl"
 echo '{"version": 1, "mode": "integrated", "force": true}' >"$root/var/lib/gpuctl/state.json"
+# A bind-time rule on the offload GPU, as NVIDIA's runtime-PM rule (udev-checks, issue 22).
+cat >"$root/etc/udev/rules.d/80-gpuctl-test.rules" <<'RULES'
+ACTION=="bind", SUBSYSTEM=="pci", KERNEL=="0000:00:03.0", ATTR{power/control}="auto", RUN+="/bin/sh -c 'echo bind >/run/gpuctl-udev-bind'"
+RULES
 chroot "$root" useradd -m -G gpuctl alice
 chroot "$root" useradd -m bob
 cat >"$root/etc/systemd/system/stub-dm.service" <<'UNIT'

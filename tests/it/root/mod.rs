@@ -7,6 +7,7 @@ mod daemon;
 mod desktop;
 mod envgrant;
 mod hostile;
+mod logind;
 mod power;
 mod protocol;
 mod smart;

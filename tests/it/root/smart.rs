@@ -310,6 +310,9 @@ fn events_stream_denials() {
     assert_eq!(v["node"], "226:129");
     assert_eq!(v["gpu"], 1);
     assert_eq!(v["comm"], "sh");
+    let why = v["why"].as_str().unwrap_or_default();
+    assert!(why.contains("GPU 1") && why.contains("no grant"), "{v}");
+    assert!(v["via"].is_null(), "{v}");
 }
 
 /// The daemon does no work per process launch: its CPU time over 2 000

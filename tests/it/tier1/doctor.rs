@@ -71,3 +71,24 @@ fn doctor_all_good() {
     assert!(out.contains("D3cold allowed"), "{out}");
     assert!(!out.contains("FAIL"), "{out}");
 }
+
+/// The desktop's own switcheroo-control keeps offering the blocked GPU in
+/// integrated mode: doctor names it and says what to change (issue 22).
+#[test]
+fn doctor_names_the_desktops_switcheroo_control() {
+    let m = machine("intel_nvidia");
+    let (_, out) = gpuctl(&m, &["doctor"]);
+    assert!(!out.contains("switcheroo-control"), "{out}");
+    let dir = m.procfs().join("4242");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("comm"), "switcheroo-cont\n").unwrap();
+    let (_, out) = gpuctl(&m, &["doctor"]);
+    assert!(
+        out.contains("the desktop's switcheroo-control is running (pid 4242)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("systemctl disable --now switcheroo-control.service"),
+        "{out}"
+    );
+}
