@@ -198,6 +198,11 @@ pub fn status(d: &StatusData) -> String {
         ],
         &rows,
     ));
+    for g in &d.gpus {
+        if let Some(p) = &g.power_off {
+            out.push_str(&format!("\npower-off: GPU {}: {}", g.id, p.summary()));
+        }
+    }
     if d.mode == Mode::Smart {
         out.push_str(&smart_status(d));
     }

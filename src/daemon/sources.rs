@@ -64,6 +64,7 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
             server.next_deadline(),
             watchdog.as_ref().map(Watchdog::deadline),
             d.auto.deadline(),
+            d.poweroff.deadline(),
         ];
         let timeout = timeout(server.has_work(), deadlines, now);
         let ready = match wait(d, server, sigs, timeout) {
@@ -74,12 +75,13 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
         if !turn(d, server, sigs, &ready) {
             return Ok(());
         }
+        d.poweroff_sync();
     }
 }
 
 /// Requests already buffered are served without sleeping; else the loop
 /// sleeps until the earliest deadline, or until an fd is ready.
-fn timeout(has_work: bool, deadlines: [Option<Instant>; 3], now: Instant) -> PollTimeout {
+fn timeout(has_work: bool, deadlines: [Option<Instant>; 4], now: Instant) -> PollTimeout {
     if has_work {
         return PollTimeout::ZERO;
     }
@@ -282,12 +284,18 @@ mod tests {
         let now = Instant::now();
         let soon = Some(now + Duration::from_millis(10));
         let later = Some(now + Duration::from_secs(5));
-        assert_eq!(timeout(true, [later, None, None], now), PollTimeout::ZERO);
-        assert_eq!(timeout(false, [None, None, None], now), PollTimeout::NONE);
-        let t = timeout(false, [later, None, soon], now);
+        assert_eq!(
+            timeout(true, [later, None, None, None], now),
+            PollTimeout::ZERO
+        );
+        assert_eq!(
+            timeout(false, [None, None, None, None], now),
+            PollTimeout::NONE
+        );
+        let t = timeout(false, [later, None, soon, None], now);
         assert_eq!(i32::from(t), 11);
         // A deadline already passed: wake at once (1 ms), never negative.
         let past = Some(now - Duration::from_millis(5));
-        assert_eq!(i32::from(timeout(false, [None, past, None], now)), 1);
+        assert_eq!(i32::from(timeout(false, [None, past, None, None], now)), 1);
     }
 }

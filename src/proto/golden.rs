@@ -197,6 +197,7 @@ fn every_documented_key_has_a_privacy_decision() {
         ("status", "/auto/rules", check::<AutoRules>),
         ("status", "/gpus/1", check::<StatusGpu>),
         ("status", "/gpus/1/runtime_pm", check::<RuntimePm>),
+        ("status", "/gpus/1/power_off", check::<PowerOffInfo>),
         (
             "status",
             "/gpus/1/runtime_pm/since_start",
