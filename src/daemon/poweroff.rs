@@ -38,6 +38,8 @@ pub const DRIVER_DEADLINE: Duration = Duration::from_secs(5);
 /// How soon a refused power-off (a holder) or a fresh one (waiting for the
 /// kernel to suspend the slot) is looked at again.
 pub const RECHECK: Duration = Duration::from_secs(2);
+/// How many times a fresh power-off's power state is read again.
+pub const MAX_VERIFY: u32 = 5;
 /// The record's file name in the state directory.
 pub const RECORD_FILE: &str = "poweroff.json";
 
@@ -439,6 +441,8 @@ pub struct PowerOff {
     /// GPUs whose driver hung: not tried again while this daemon runs.
     hung: Vec<PciAddr>,
     recheck: Option<Instant>,
+    /// How many times each powered-off GPU's state was read again.
+    verifies: BTreeMap<PciAddr, u32>,
     /// What the last sync saw (blocked set, each GPU's driver and power
     /// state, the setting): a turn that changed none of it and is not
     /// due does nothing (no holder scan on every request).
@@ -491,6 +495,7 @@ impl PowerOff {
             awake_since: BTreeMap::new(),
             hung: Vec::new(),
             recheck: None,
+            verifies: BTreeMap::new(),
             last: None,
         }
     }
@@ -555,7 +560,13 @@ impl PowerOff {
             .awake_since
             .get(&gpu.pci)
             .is_some_and(|t| i.now.duration_since(*t) >= RECHECK * 2);
-        let want = wanted(gpu, blocked, i.auto, i.disabled, stuck);
+        // Once powered off, the verdict no longer applies (an unbound GPU
+        // reads as suspended): it stays off while the block stands.
+        let want = if self.records.contains_key(&gpu.pci) {
+            i.auto && !i.disabled && blocked && !gpu.default
+        } else {
+            wanted(gpu, blocked, i.auto, i.disabled, stuck)
+        };
         if !want {
             if self.records.contains_key(&gpu.pci) {
                 self.undo(i.sysfs, gpu);
@@ -563,9 +574,7 @@ impl PowerOff {
                 // Maybe stuck in D0: look again once the grace is over.
                 self.due(i.now + RECHECK);
             }
-            if !blocked {
-                self.info.remove(&gpu.pci);
-            }
+            self.info.remove(&gpu.pci);
             return;
         }
         if self.hung.contains(&gpu.pci) {
@@ -632,6 +641,7 @@ impl PowerOff {
             }
         };
         let result = power_off(i.sysfs, &steps, &mut rec, DRIVER_DEADLINE, &mut save_rec);
+        self.verifies.remove(&gpu.pci);
         for u in &rec.unbound {
             self.after.insert(u.pci, read_driver(i.sysfs, u.pci));
         }
@@ -662,13 +672,19 @@ impl PowerOff {
         }
     }
 
-    /// Reads the GPU's power state now and files it.
+    /// Reads the GPU's power state now and files it; while it is not in
+    /// D3 yet, looks again after [`RECHECK`] (at most [`MAX_VERIFY`] times:
+    /// the kernel suspends an unbound slot within its autosuspend delay).
     fn verify(&mut self, i: &Inputs, gpu: &Gpu) {
         let ps = read_attr(&dev_dir(i.sysfs, gpu.pci).join("power_state"));
+        let asleep = ps.as_deref().is_some_and(|p| p.starts_with("D3"));
         if let Some(info) = self.info.get_mut(&gpu.pci) {
-            if info.power_state != ps {
-                info.power_state = ps;
-            }
+            info.power_state = ps;
+        }
+        let n = self.verifies.entry(gpu.pci).or_insert(0);
+        if !asleep && *n < MAX_VERIFY {
+            *n += 1;
+            self.due(i.now + RECHECK);
         }
     }
 
@@ -759,6 +775,12 @@ fn unix_now() -> u64 {
         .map(|d| d.as_secs())
         .unwrap_or(0)
 }
+
+/// The fixture machines (tests/common/fixture.rs) for the decision's tests.
+#[cfg(test)]
+#[path = "../../tests/common/fixture.rs"]
+#[allow(dead_code)]
+mod fixture;
 
 #[cfg(test)]
 mod tests {
@@ -1094,7 +1116,15 @@ mod tests {
         let mut off = inv.clone();
         off.gpus[0].driver = None;
         off.gpus[0].functions[0].driver = None;
+        // Unbound, the verdict reads differently: it stays off all the same.
+        off.gpus[0].sleep.can_sleep = None;
+        off.gpus[0].runtime_status = Some("suspended".into());
         po.sync(&inputs(&root, &procfs, &off, &blocked, t0 + RECHECK));
+        assert_eq!(
+            read(&root.join("bus/pci/drivers/gpudrv/bind")),
+            "",
+            "not undone"
+        );
         assert_eq!(read(&unbind), "");
         // drivers_probe bound it again (the link is back).
         let dev = root.join("bus/pci/devices/0000:01:00.0");
@@ -1106,5 +1136,107 @@ mod tests {
         let recs = load(&state.join(RECORD_FILE)).unwrap();
         assert_eq!(recs[&g.pci].changed[0].was, "on");
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    use super::fixture;
+
+    fn discovered(m: &fixture::Machine) -> Inventory {
+        crate::gpu::discover(&crate::gpu::Roots {
+            sysfs: m.sysfs().to_path_buf(),
+            procfs: m.procfs().to_path_buf(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn on_every_fixture_machine_only_offload_gpus_that_cannot_sleep_are_chosen() {
+        for name in fixture::MACHINES {
+            let m = fixture::machine(name);
+            let inv = discovered(&m);
+            for g in &inv.gpus {
+                let blocked = g.offload;
+                let w = wanted(g, blocked, true, false, false);
+                assert_eq!(
+                    w,
+                    blocked && g.sleep.can_sleep == Some(false),
+                    "{name}: {} (sleep {:?})",
+                    g.label(),
+                    g.sleep
+                );
+                assert!(
+                    !(g.default && w),
+                    "{name}: the default GPU is never powered off"
+                );
+                let s = steps(m.sysfs(), g);
+                // The GPU itself (when bound) is the last unbind; audio first.
+                if g.driver.is_some() {
+                    assert_eq!(s.unbind.last().map(|u| u.pci), Some(g.pci), "{name}");
+                }
+                let first_audio = s.unbind.iter().position(|u| {
+                    g.functions
+                        .iter()
+                        .any(|f| f.pci == u.pci && f.class.starts_with("0x04"))
+                });
+                assert!(
+                    first_audio.is_none_or(|i| i == 0),
+                    "{name}: audio first: {:?}",
+                    s.unbind
+                );
+                // Every bridge on the way is prepared, none above the root port.
+                for b in bridges(m.sysfs(), g.pci) {
+                    assert!(s.attrs.contains(&(b.join("d3cold_allowed"), "1")), "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn verdict_inputs_decide_nvidia_generations_and_firmware_without_pr3() {
+        // intel_nvidia: the RTX 3050 (Ampere, fine-grained runtime D3) sleeps by itself.
+        let m = fixture::machine("intel_nvidia");
+        let dgpu = "0000:01:00.0";
+        let pick = |inv: &Inventory| {
+            inv.gpus
+                .iter()
+                .find(|g| g.pci.to_string() == dgpu)
+                .cloned()
+                .unwrap()
+        };
+        let g = pick(&discovered(&m));
+        assert!(
+            !wanted(&g, true, true, false, false),
+            "Ampere sleeps: {:?}",
+            g.sleep
+        );
+        // The same board on the 580 legacy branch (pre-Turing: no runtime D3),
+        // awake (the driver's file is read only then).
+        m.set_power(dgpu, "D0", "active");
+        let p = m.procfs().join(format!("driver/nvidia/gpus/{dgpu}/power"));
+        std::fs::write(&p, "Runtime D3 status:          Not supported\n").unwrap();
+        let g = pick(&discovered(&m));
+        assert_eq!(g.sleep.can_sleep, Some(false), "{:?}", g.sleep);
+        assert!(wanted(&g, true, true, false, false));
+        let s = steps(m.sysfs(), &g);
+        assert_eq!(s.unbind.last().unwrap().driver, "nvidia");
+        // With nvidia-drm modeset=1 it is refused, with the reason.
+        let ms = m.sysfs().join("module/nvidia_drm/parameters");
+        std::fs::create_dir_all(&ms).unwrap();
+        std::fs::write(ms.join("modeset"), "Y\n").unwrap();
+        assert!(nvidia_refusal(m.sysfs(), &g).unwrap().contains("hang"));
+
+        // Firmware without _PR3 (d3cold_allowed 0, no power resource): the GPU
+        // still runtime-suspends (D3hot), so it sleeps by itself: not chosen
+        // on the verdict, only if it stays in D0 after the block.
+        let m = fixture::machine("intel_nvidia");
+        m.write_sys(&format!("bus/pci/devices/{dgpu}/d3cold_allowed"), "0\n");
+        let g = pick(&discovered(&m));
+        assert_eq!(g.sleep.d3cold, Some(false), "{:?}", g.sleep);
+        assert!(!wanted(&g, true, true, false, false));
+        assert!(wanted(&g, true, true, false, true), "stuck in D0: chosen");
+        // power/control = on (runtime PM off): it never sleeps while bound.
+        m.write_sys(&format!("bus/pci/devices/{dgpu}/power/control"), "on\n");
+        let g = pick(&discovered(&m));
+        assert_eq!(g.sleep.can_sleep, Some(false));
+        assert!(wanted(&g, true, true, false, false));
     }
 }
