@@ -513,7 +513,7 @@ impl PowerOff {
 
     /// Brings each GPU's slot to what the block asks; returns the GPUs whose
     /// [`PowerOffInfo`] changed (for `events`).
-    pub fn sync(&mut self, i: &Inputs) -> Vec<(u32, PowerOffInfo)> {
+    pub fn sync(&mut self, i: &Inputs) -> Vec<(u32, PciAddr, Option<PowerOffInfo>)> {
         let key: SyncKey = (
             i.blocked.iter().copied().collect(),
             i.inventory
@@ -537,9 +537,7 @@ impl PowerOff {
             self.sync_one(i, gpu);
             let now = self.info.get(&gpu.pci).cloned();
             if now != before {
-                if let Some(n) = now {
-                    changed.push((gpu.id, n));
-                }
+                changed.push((gpu.id, gpu.pci, now));
             }
         }
         // GPUs that went away: their records stay until restored.
@@ -1042,8 +1040,8 @@ mod tests {
         let t0 = Instant::now();
         let ch = po.sync(&inputs(&root, &procfs, &inv, &blocked, t0));
         assert_eq!(ch.len(), 1);
-        assert_eq!(ch[0].1.state, PowerOffState::Refused);
-        let why = ch[0].1.reason.clone().unwrap();
+        assert_eq!(ch[0].2.as_ref().unwrap().state, PowerOffState::Refused);
+        let why = ch[0].2.as_ref().unwrap().reason.clone().unwrap();
         assert!(why.contains("pipewire (pid 4242)"), "{why}");
         assert_eq!(
             read(&root.join("bus/pci/drivers/gpudrv/unbind")),
@@ -1059,12 +1057,12 @@ mod tests {
         // The holder exits: at the recheck the power-off follows.
         std::fs::remove_dir_all(&p).unwrap();
         let ch = po.sync(&inputs(&root, &procfs, &inv, &blocked, t0 + RECHECK));
-        assert_eq!(ch[0].1.state, PowerOffState::Off);
+        assert_eq!(ch[0].2.as_ref().unwrap().state, PowerOffState::Off);
         assert_eq!(
-            ch[0].1.unbound,
+            ch[0].2.as_ref().unwrap().unbound,
             ["0000:01:00.1=snd_hda_intel", "0000:01:00.0=gpudrv"]
         );
-        assert_eq!(ch[0].1.power_state.as_deref(), Some("D0"));
+        assert_eq!(ch[0].2.as_ref().unwrap().power_state.as_deref(), Some("D0"));
         assert!(state.join(RECORD_FILE).exists(), "the record is on disk");
         kernel_unbinds(&root);
 

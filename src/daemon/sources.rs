@@ -75,7 +75,6 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
         if !turn(d, server, sigs, &ready) {
             return Ok(());
         }
-        d.poweroff_sync();
     }
 }
 
@@ -162,6 +161,9 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
     for e in d.auto.take_events() {
         server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
     }
+    // After every turn: the power-off follows the plan (and its events
+    // go out with this turn's).
+    d.poweroff_sync();
     announce(d, server);
     d.core.persist();
     true

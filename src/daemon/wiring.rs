@@ -166,8 +166,11 @@ impl Daemon {
         };
         let changed = self.poweroff.sync(&inputs);
         if !changed.is_empty() {
-            for (id, info) in &changed {
-                log!("GPU {id}: {}", info.summary());
+            for (id, pci, info) in changed {
+                if let Some(i) = &info {
+                    log!("GPU {id}: {}", i.summary());
+                }
+                self.push.power_off(id, pci, info);
             }
             self.refresh();
         }
