@@ -38,6 +38,10 @@ pub const DRIVER_DEADLINE: Duration = Duration::from_secs(5);
 /// How soon a refused power-off (a holder) or a fresh one (waiting for the
 /// kernel to suspend the slot) is looked at again.
 pub const RECHECK: Duration = Duration::from_secs(2);
+/// How long a blocked GPU that can sleep by its verdict may stay in D0,
+/// nobody holding it, before it counts as unable to (runtime PM's
+/// autosuspend delays are a few seconds; NVIDIA's idle timer too).
+pub const STUCK_AFTER: Duration = Duration::from_secs(10);
 /// How many times a fresh power-off's power state is read again.
 pub const MAX_VERIFY: u32 = 5;
 /// The record's file name in the state directory.
@@ -170,12 +174,23 @@ pub fn wanted(gpu: &Gpu, blocked: bool, auto: bool, disabled: bool, stuck: bool)
     auto && !disabled && blocked && !gpu.default && cannot_sleep(gpu, stuck).is_some()
 }
 
+/// `/dev/nvidia-modeset` (nvidia-modeset.ko's control node; held by a
+/// compositor through nvidia-drm).
+pub const NVIDIA_MODESET: DevNum = DevNum::new(crate::gpu::NVIDIA_MAJOR, 254);
+
 /// Every node of the slot a holder could keep open: the GPU's nodes and
-/// the other functions' sound nodes.
+/// the other functions' sound nodes; for the NVIDIA proprietary driver
+/// also `/dev/nvidiactl` and `/dev/nvidia-modeset`, which every NVIDIA
+/// GPU shares: its remove waits for the driver's usage count, so an open
+/// one (nvidia-persistenced, nvidia-powerd, Xwayland) hangs the unbind
+/// ("NVRM: Attempting to remove device … with non-zero usage count").
 pub fn slot_nodes(gpu: &Gpu) -> Vec<DevNum> {
     let mut n = gpu.nodes.clone();
     for f in &gpu.functions {
         n.extend(f.sound_nodes.iter().copied());
+    }
+    if gpu.driver.as_deref() == Some("nvidia") {
+        n.extend([crate::gpu::NVIDIACTL, NVIDIA_MODESET]);
     }
     n
 }
@@ -557,7 +572,7 @@ impl PowerOff {
         let stuck = self
             .awake_since
             .get(&gpu.pci)
-            .is_some_and(|t| i.now.duration_since(*t) >= RECHECK * 2);
+            .is_some_and(|t| i.now.duration_since(*t) >= STUCK_AFTER);
         // Once powered off, the verdict no longer applies (an unbound GPU
         // reads as suspended): it stays off while the block stands.
         let want = if self.records.contains_key(&gpu.pci) {
