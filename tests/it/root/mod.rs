@@ -8,6 +8,7 @@ mod desktop;
 mod envgrant;
 mod hostile;
 mod power;
+mod poweroff;
 mod protocol;
 mod smart;
 mod tray_host;
