@@ -200,7 +200,10 @@ pub fn status(d: &StatusData) -> String {
     ));
     for g in &d.gpus {
         if let Some(p) = &g.power_off {
-            out.push_str(&format!("\npower-off: GPU {}: {}", g.id, p.summary()));
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&format!("power-off: GPU {}: {}\n", g.id, p.summary()));
         }
     }
     if d.mode == Mode::Smart {

@@ -7,6 +7,8 @@
 # work: integrated with power_off = auto cuts the rail, hybrid brings the GPU back. Prints
 # "PASS name", "FAIL name: details", "== ..." lines with real output (docs quote them),
 # "TIME name ms" lines, and last "N passed, M failed, K skipped".
+# QEMU reports the virtio GPU's connector connected (and a rebind brings it back connected),
+# so every `set integrated` here carries --force.
 
 export GPUCTL_STATE_DIR=/tmp/state GPUCTL_CONFIG=/tmp/gpuctl.toml
 unset NOTIFY_SOCKET GPUCTL_SOCKET
@@ -45,6 +47,13 @@ st() {
   echo "gpu $(cat "$D/power_state") drv=$(drv "$D") port $(cat "$P/power_state") _OFF=$(cmos 115) _ON=$(cmos 116)"
 }
 ps() { cat "$D/power_state"; }
+# diag: runtime PM of the slot's functions and the port (for a failure's log).
+diag() {
+  for x in "$D" "$A" "$P"; do
+    [ -d "$x" ] || continue
+    echo "guest: ${x##*/}: $(cat "$x/power_state") control=$(cat "$x/power/control") rt=$(cat "$x/power/runtime_status") kids=$(cat "$x/power/runtime_active_kids" 2>/dev/null) usage=$(cat "$x/power/runtime_usage" 2>/dev/null) d3cold_allowed=$(cat "$x/d3cold_allowed")"
+  done
+}
 # wait_ps WANT [TENTHS]: until the GPU's power_state is WANT (default 15 s).
 wait_ps() {
   wp_i=0
@@ -89,7 +98,7 @@ if ! start_daemon /tmp/daemon1.log; then
   finish
 fi
 pass "daemon starts"
-gpuctl set integrated >/dev/null
+gpuctl set integrated --force >/dev/null
 sleep 5
 expect "power_off = never: integrated blocks only, the GPU stays in D0 and bound" \
   "$(ps) $(drv "$D") $(cmos 115)" "D0 virtio-pci $off0"
@@ -100,12 +109,13 @@ contains "power_off = never: status has no power-off" "$(grep '"power_off"' /tmp
 gpuctl set hybrid >/dev/null
 gpuctl config power_off auto >/tmp/cfg.out 2>&1 || fail "gpuctl config power_off auto" "$(cat /tmp/cfg.out)"
 t0=$(ms)
-gpuctl set integrated >/dev/null
+gpuctl set integrated --force >/dev/null
 got=$(wait_ps D3cold)
 t1=$(ms)
 expect "integrated, power_off = auto: the GPU is in D3cold" "$got" D3cold
 echo "TIME set-integrated-to-D3cold $((t1 - t0)) ms"
 echo "guest: after integrated: $(st)"
+diag
 expect "the root port is in D3cold too" "$(cat "$P/power_state")" D3cold
 expect "the rail's _OFF was called" "$(cmos 115)" "$((off0 + 1))"
 expect "the GPU's driver is unbound" "$(drv "$D")" ""
@@ -129,7 +139,10 @@ t1=$(ms)
 expect "hybrid: the DRM node is back" "$got" present
 echo "TIME set-hybrid-to-node $((t1 - t0)) ms"
 expect "hybrid: virtio-pci bound again, D0" "$(drv "$D") $(ps)" "virtio-pci D0"
-expect "hybrid: power/control put back" "$(cat "$D/power/control")" on
+# The node appears during the bind; the attributes are put back right after it returns.
+wc_i=0
+while [ "$(cat "$D/power/control")" != on ] && [ $wc_i -lt 20 ]; do usleep 100000; wc_i=$((wc_i + 1)); done
+expect "hybrid: power/control put back" "$(cat "$D/power/control") $(cat "$P/d3cold_allowed")" "on 0"
 usleep 500000
 contains "hybrid: an open of the card works" "$(vmopen /dev/dri/card1)" "ok"
 gpuctl status --json >/tmp/s2.json
@@ -139,7 +152,7 @@ contains "hybrid: no power-off in status" "$(grep '"power_off"' /tmp/s2.json | t
 holdopen holder /dev/dri/card1 >/tmp/hold.out &
 hpid=$!
 usleep 500000
-gpuctl set integrated >/dev/null
+gpuctl set integrated --force >/dev/null
 sleep 3
 expect "a holder: the block is in force but the GPU stays in D0, bound" "$(ps) $(drv "$D")" "D0 virtio-pci"
 contains "a holder: new opens are denied" "$(vmopen /dev/dri/card1)" "EPERM"
@@ -172,6 +185,7 @@ if start_daemon /tmp/daemon2.log; then
   # The daemon answers only after the saved mode and its power-off are in force.
   expect "start with integrated saved: unbound before the socket answers" "$(drv "$D")" ""
   expect "start with integrated saved: D3cold" "$(wait_ps D3cold)" D3cold
+  diag
   kill -9 "$dpid"
   wait "$dpid" 2>/dev/null
   dpid=
