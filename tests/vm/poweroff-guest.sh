@@ -27,6 +27,12 @@ finish() {
 }
 ms() { awk '{ printf "%d", $1 * 1000 }' /proc/uptime; }
 
+KV=$(uname -r)
+snd_order=
+[ -f /etc/gpuctl-vm/snd-order ] && read -r snd_order </etc/gpuctl-vm/snd-order
+for m in $snd_order; do
+  insmod "/lib/modules/$KV/extra/$m.ko" || echo "guest: insmod $m failed"
+done
 D=
 for x in /sys/bus/pci/devices/*; do
   [ "$(cat "$x/vendor"):$(cat "$x/device")" = 0x1af4:0x1050 ] && D=$x
@@ -69,7 +75,14 @@ wait_node() {
 echo "guest: initial: $(st); audio function: $(drv "$A" || true)"
 expect "setup: virtio-pci drives the GPU, which stays in D0" "$(drv "$D") $(ps)" "virtio-pci D0"
 HDA=0
-[ -d "$A" ] && HDA=1
+sn_i=0
+while [ ! -e /dev/snd/controlC0 ] && [ $sn_i -lt 100 ]; do usleep 100000; sn_i=$((sn_i + 1)); done
+if [ "$(drv "$A")" = snd_hda_intel ] && [ -e /dev/snd/controlC0 ]; then
+  HDA=1
+  pass "setup: snd_hda_intel drives the HDA function at .1 ($(echo /dev/snd/*))"
+else
+  fail "setup: snd_hda_intel drives the HDA function at .1" "driver '$(drv "$A")', /dev/snd: $(ls /dev/snd 2>&1)"
+fi
 off0=$(cmos 115)
 
 dpid=
@@ -130,6 +143,9 @@ gpuctl status --json >/tmp/s1.json
 contains "status --json: power_off state off" "$(cat /tmp/s1.json)" '"state": "off"'
 contains "status --json: power_off power_state D3cold" "$(grep -A8 '"power_off": {' /tmp/s1.json)" '"power_state": "D3cold"'
 contains "status names what was unbound" "$(cat /tmp/s1.json)" "\"$G=virtio-pci\""
+if [ $HDA = 1 ]; then
+  contains "status: audio unbound first, then the GPU" "$(tr -d ' \n' </tmp/s1.json)" "\"unbound\":[\"${A##*/}=snd_hda_intel\",\"$G=virtio-pci\"]"
+fi
 
 # ------------------------------------------------------------ hybrid: back
 t0=$(ms)
@@ -139,6 +155,10 @@ t1=$(ms)
 expect "hybrid: the DRM node is back" "$got" present
 echo "TIME set-hybrid-to-node $((t1 - t0)) ms"
 expect "hybrid: virtio-pci bound again, D0" "$(drv "$D") $(ps)" "virtio-pci D0"
+if [ $HDA = 1 ]; then
+  expect "hybrid: snd_hda_intel bound again, its control node back" \
+    "$(drv "$A") $(wait_node /dev/snd/controlC0)" "snd_hda_intel present"
+fi
 # The node appears during the bind; the attributes are put back right after it returns.
 wc_i=0
 while [ "$(cat "$D/power/control")" != on ] && [ $wc_i -lt 20 ]; do usleep 100000; wc_i=$((wc_i + 1)); done
@@ -151,6 +171,12 @@ contains "hybrid: no power-off in status" "$(grep '"power_off"' /tmp/s2.json | t
 # ------------------------------------------------------------ a holder
 holdopen holder /dev/dri/card1 >/tmp/hold.out &
 hpid=$!
+apid=
+if [ $HDA = 1 ]; then
+  # What PipeWire does: hold the card's control node.
+  holdopen pipewire /dev/snd/controlC0 >/tmp/hold-snd.out &
+  apid=$!
+fi
 usleep 500000
 gpuctl set integrated --force >/dev/null
 sleep 3
@@ -160,6 +186,13 @@ gpuctl status >/tmp/st3.txt
 echo "== gpuctl status (integrated, a process holds card1)"
 cat /tmp/st3.txt
 contains "a holder: the refusal names it" "$(cat /tmp/st3.txt)" "holder (pid $hpid)"
+if [ -n "$apid" ]; then
+  contains "a holder of the audio function's control node is named too" "$(cat /tmp/st3.txt)" "pipewire (pid $apid) on /dev/snd/controlC0"
+  kill "$apid"
+  wait "$apid" 2>/dev/null
+  sleep 3
+  expect "the audio holder gone, the card holder left: still refused, D0" "$(ps)" D0
+fi
 kill "$hpid"
 wait "$hpid" 2>/dev/null
 expect "the holder exits: the power-off follows" "$(wait_ps D3cold)" D3cold
