@@ -561,8 +561,12 @@ impl PowerOff {
 
     fn sync_one(&mut self, i: &Inputs, gpu: &Gpu) {
         let blocked = i.blocked.contains(&gpu.id);
-        let awake = gpu.power_state.as_deref() == Some("D0")
-            && gpu.runtime_status.as_deref() != Some("suspended");
+        // Read now, not from the inventory (re-read only on uevents and
+        // requests): a GPU that went to sleep since must not count as
+        // stuck. These files never wake the GPU.
+        let dir = dev_dir(i.sysfs, gpu.pci);
+        let awake = read_attr(&dir.join("power_state")).as_deref() == Some("D0")
+            && read_attr(&dir.join("power/runtime_status")).as_deref() != Some("suspended");
         if blocked && awake && !self.records.contains_key(&gpu.pci) {
             self.awake_since.entry(gpu.pci).or_insert(i.now);
         } else if !blocked {
