@@ -534,7 +534,19 @@ impl PowerOff {
             i.inventory
                 .gpus
                 .iter()
-                .map(|g| (g.pci, g.driver.clone(), g.power_state.clone()))
+                .map(|g| {
+                    // Read now: a runtime-PM transition is a turn of its own
+                    // (the power monitor), and the inventory is not re-read
+                    // for it. Neither file wakes the GPU.
+                    let dir = dev_dir(i.sysfs, g.pci);
+                    let ps = read_attr(&dir.join("power_state"));
+                    let rs = read_attr(&dir.join("power/runtime_status"));
+                    (
+                        g.pci,
+                        g.driver.clone(),
+                        ps.zip(rs).map(|(p, r)| format!("{p} {r}")),
+                    )
+                })
                 .collect(),
             i.auto,
             i.disabled,
@@ -567,9 +579,11 @@ impl PowerOff {
         let dir = dev_dir(i.sysfs, gpu.pci);
         let awake = read_attr(&dir.join("power_state")).as_deref() == Some("D0")
             && read_attr(&dir.join("power/runtime_status")).as_deref() != Some("suspended");
+        // Awake since when, while blocked: seen asleep (or unblocked), the
+        // count starts again.
         if blocked && awake && !self.records.contains_key(&gpu.pci) {
             self.awake_since.entry(gpu.pci).or_insert(i.now);
-        } else if !blocked {
+        } else {
             self.awake_since.remove(&gpu.pci);
         }
         let holders = || slot_holders(i.procfs, gpu);
@@ -1255,5 +1269,48 @@ mod tests {
         let g = pick(&discovered(&m));
         assert_eq!(g.sleep.can_sleep, Some(false));
         assert!(wanted(&g, true, true, false, false));
+    }
+
+    #[test]
+    fn a_blocked_gpu_that_sleeps_is_not_stuck_and_one_that_stays_in_d0_is() {
+        let (root, mut g) = machine("stuck");
+        g.sleep.can_sleep = Some(true);
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let procfs = root.join("proc");
+        std::fs::create_dir_all(&procfs).unwrap();
+        let dev = root.join("bus/pci/devices/0000:01:00.0");
+        std::fs::write(dev.join("power/runtime_status"), "active\n").unwrap();
+        let inv = Inventory {
+            gpus: vec![g.clone()],
+        };
+        let blocked = [1].into_iter().collect();
+        let mut po = PowerOff::start(&state, &root);
+        let t0 = Instant::now();
+        po.sync(&inputs(&root, &procfs, &inv, &blocked, t0));
+        assert!(po.deadline().is_some(), "looks again");
+        // It went to sleep and woke again (a reader): the count starts over.
+        std::fs::write(dev.join("power_state"), "D3cold\n").unwrap();
+        po.sync(&inputs(&root, &procfs, &inv, &blocked, t0 + RECHECK));
+        std::fs::write(dev.join("power_state"), "D0\n").unwrap();
+        po.sync(&inputs(&root, &procfs, &inv, &blocked, t0 + STUCK_AFTER));
+        assert_eq!(
+            read(&root.join("bus/pci/drivers/gpudrv/unbind")),
+            "",
+            "not stuck"
+        );
+        assert!(po.info(g.pci).is_none());
+        // Awake for STUCK_AFTER on end: powered off.
+        let t1 = t0 + STUCK_AFTER;
+        let mut t = t1;
+        while t <= t1 + STUCK_AFTER {
+            po.sync(&inputs(&root, &procfs, &inv, &blocked, t));
+            t += RECHECK;
+        }
+        assert_eq!(
+            read(&root.join("bus/pci/drivers/gpudrv/unbind")),
+            "0000:01:00.0"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
