@@ -681,13 +681,13 @@ impl PowerOff {
             .iter()
             .map(|u| format!("{}={}", u.pci, u.driver))
             .collect();
+        let done = describe(&rec);
         self.records.insert(gpu.pci, rec);
         match result {
             Ok(()) => {
                 log!(
-                    "{}: drivers unbound ({}), waiting for the rail",
-                    gpu.label(),
-                    describe(&self.records[&gpu.pci])
+                    "{}: drivers unbound ({done}), waiting for the rail",
+                    gpu.label()
                 );
                 self.set_info(gpu, PowerOffState::Off, None, unbound);
                 self.verify(i, gpu);
