@@ -110,22 +110,23 @@ pub fn bridges(sysfs: &Path, gpu: PciAddr) -> Vec<PathBuf> {
 }
 
 /// The steps that power off `gpu`'s slot (pure but for reading the bridge
-/// path): every function with a driver is unbound, audio (class 0x04)
+/// path and each function's `driver` link): every function with a driver
+/// bound now is unbound, audio (class 0x04)
 /// first, the GPU last; `power/control` and `d3cold_allowed` are set on
 /// each function and on every bridge up to the root port.
 pub fn steps(sysfs: &Path, gpu: &Gpu) -> Steps {
-    let mut funcs: Vec<(u8, PciAddr, Option<String>)> = gpu
+    let mut funcs: Vec<(u8, PciAddr)> = gpu
         .functions
         .iter()
         .map(|f| {
             let rank = if f.class.starts_with("0x04") { 0 } else { 1 };
-            (rank, f.pci, f.driver.clone())
+            (rank, f.pci)
         })
         .collect();
     funcs.sort();
-    funcs.push((2, gpu.pci, gpu.driver.clone()));
+    funcs.push((2, gpu.pci));
     let mut attrs = Vec::new();
-    for (_, pci, _) in &funcs {
+    for (_, pci) in &funcs {
         let d = dev_dir(sysfs, *pci);
         attrs.push((d.join("power/control"), "auto"));
         attrs.push((d.join("d3cold_allowed"), "1"));
@@ -134,9 +135,12 @@ pub fn steps(sysfs: &Path, gpu: &Gpu) -> Steps {
         attrs.push((b.join("power/control"), "auto"));
         attrs.push((b.join("d3cold_allowed"), "1"));
     }
+    // The driver bound now, read from sysfs, not the inventory's: a rebind
+    // is seen (a runtime-PM turn) before the uevent that re-reads the
+    // hardware, and an unbind must name the driver that is there.
     let unbind = funcs
         .into_iter()
-        .filter_map(|(_, pci, drv)| drv.map(|driver| Unbound { pci, driver }))
+        .filter_map(|(_, pci)| read_driver(sysfs, pci).map(|driver| Unbound { pci, driver }))
         .collect();
     Steps { attrs, unbind }
 }
@@ -945,6 +949,19 @@ mod tests {
         }
     }
 
+    /// Puts the `driver` links back, as the kernel does on bind.
+    fn kernel_binds(root: &Path) {
+        for (f, d) in [
+            ("0000:01:00.0", "gpudrv"),
+            ("0000:01:00.1", "snd_hda_intel"),
+        ] {
+            let l = root.join("bus/pci/devices").join(f).join("driver");
+            if std::fs::symlink_metadata(&l).is_err() {
+                symlink(root.join("bus/pci/drivers").join(d), l).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn power_off_writes_in_order_and_restore_puts_everything_back() {
         let (root, g) = machine("order");
@@ -1111,6 +1128,7 @@ mod tests {
             "0"
         );
         // Its own power-off, then the block is lifted: bound again.
+        kernel_binds(&root);
         std::fs::write(root.join("bus/pci/drivers/gpudrv/bind"), "").unwrap();
         po2.sync(&inputs(&root, &procfs, &inv, &blocked, t0));
         assert!(po2.info(g.pci).is_some());
@@ -1160,8 +1178,9 @@ mod tests {
         // drivers_probe bound it again (the link is back).
         let dev = root.join("bus/pci/devices/0000:01:00.0");
         symlink(root.join("bus/pci/drivers/gpudrv"), dev.join("driver")).unwrap();
-        let inv2 = inv.clone();
-        po.sync(&inputs(&root, &procfs, &inv2, &blocked, t0 + RECHECK * 2));
+        // Seen before the uevent re-reads the hardware: the inventory still
+        // says unbound; the link is what counts.
+        po.sync(&inputs(&root, &procfs, &off, &blocked, t0 + RECHECK * 2));
         assert_eq!(read(&unbind), "0000:01:00.0");
         // The first record's old values are kept: a restore still puts `on` back.
         let recs = load(&state.join(RECORD_FILE)).unwrap();
