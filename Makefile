@@ -150,6 +150,7 @@ test-vm: static
 	tests/vm/guest-tests.sh $(STATIC_BIN)
 	tests/vm/auto-tests.sh $(STATIC_BIN)
 	tests/vm/power-tests.sh $(STATIC_BIN)
+	tests/vm/poweroff-tests.sh $(STATIC_BIN)
 
 # Distribution packages built as distros do (offline, from `make dist`), linted, and the
 # .deb installed in a debootstrapped Debian 12 booted with systemd in QEMU (tests/distro).

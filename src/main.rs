@@ -183,7 +183,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display, power_off).
     Config {
         #[arg(value_parser = cli::docs::Offered(cli::docs::config_keys))]
         key: Option<String>,
@@ -197,6 +197,11 @@ enum Cmd {
     /// Print the man page (roff) on stdout.
     #[command(hide = true)]
     Manpage,
+    /// Bind back the drivers a power-off left unbound (the unit's
+    /// ExecStopPost; a daemon that died). Reads the state directory's
+    /// poweroff.json and removes it.
+    #[command(hide = true)]
+    PoweroffRestore,
     /// Check what keeping the dGPU asleep needs, and say how to fix what is missing.
     Doctor,
     /// Automatic modes: on, off, or show why the current mode is in force.

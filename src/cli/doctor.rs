@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use crate::procs::Holder;
-use crate::proto::data::{StatusData, WhoData};
+use crate::proto::data::{PowerOffState, StatusData, WhoData};
 
 use crate::client;
 use crate::gpu::{self, Gpu, Roots};
@@ -158,15 +158,13 @@ fn gpu_checks(r: &mut Report, roots: &Roots, g: &Gpu) {
             &format!("{label}: can sleep: {verdict}: blocking it keeps it asleep"),
             None,
         ),
-        Some(true) => r.say(
-            Level::Info,
-            &format!("{label}: can sleep: {verdict}"),
-            None,
-        ),
+        Some(true) => r.say(Level::Info, &format!("{label}: can sleep: {verdict}"), None),
         Some(false) => r.say(
             Level::Warn,
             &format!(
-                "{label}: cannot sleep: blocking it does not lower idle power until the above is fixed"
+                "{label}: cannot sleep while its driver is bound: blocking alone does not lower \
+                 idle power until the above is fixed; with power_off = auto (the default) \
+                 gpuctl unbinds its drivers while it is blocked, so the kernel can cut its power"
             ),
             None,
         ),
@@ -293,6 +291,16 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
             "the gpuctl daemon is not running: nothing is blocked",
             Some("systemctl enable --now gpuctl".into()),
         ),
+    }
+    // What the power-off did to each GPU (status `power_off`).
+    for g in status.iter().flat_map(|s| s.gpus.iter()) {
+        let Some(p) = &g.power_off else { continue };
+        let level = match (p.state, p.power_state.as_deref()) {
+            (PowerOffState::Off, Some("D3cold")) => Level::Ok,
+            (PowerOffState::Off, _) | (PowerOffState::Refused, _) => Level::Info,
+            _ => Level::Warn,
+        };
+        r.say(level, &format!("GPU {}: {}", g.id, p.summary()), None);
     }
 
     switcheroo_checks(&mut r, roots, status.as_ref().map(|s| s.mode));

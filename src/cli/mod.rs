@@ -109,6 +109,14 @@ pub fn run(cli: Cli) -> u8 {
             },
         ),
         Cmd::Doctor => doctor::run(&cli.socket, &roots),
+        Cmd::PoweroffRestore => {
+            let path = cli.state_dir.join(daemon::poweroff::RECORD_FILE);
+            let lines = daemon::poweroff::restore_file(&roots.sysfs, &path);
+            for l in &lines {
+                println!("{l}");
+            }
+            exit::OK
+        }
         Cmd::Completions { shell } => {
             match docs::completions(&<Cli as clap::CommandFactory>::command(), shell) {
                 Ok(()) => exit::OK,

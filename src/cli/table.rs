@@ -198,6 +198,14 @@ pub fn status(d: &StatusData) -> String {
         ],
         &rows,
     ));
+    for g in &d.gpus {
+        if let Some(p) = &g.power_off {
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&format!("power-off: GPU {}: {}\n", g.id, p.summary()));
+        }
+    }
     if d.mode == Mode::Smart {
         out.push_str(&smart_status(d));
     }

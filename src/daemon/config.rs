@@ -26,6 +26,19 @@ pub struct Config {
     pub max_grants: u32,
     /// `[auto]`: automatic modes (battery/AC, external displays).
     pub auto: Rules,
+    /// A blocked GPU that cannot sleep by itself: `auto` unbinds its
+    /// slot's drivers so the kernel can cut its power (issue 19); `never`
+    /// only blocks it.
+    pub power_off: PowerOff,
+}
+
+/// The `power_off` key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PowerOff {
+    #[default]
+    Auto,
+    Never,
 }
 
 impl Default for Config {
@@ -36,6 +49,7 @@ impl Default for Config {
             env_grants: true,
             max_grants: 8192,
             auto: Rules::default(),
+            power_off: PowerOff::Auto,
         }
     }
 }
@@ -82,7 +96,7 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
 pub const MAX_GRANTS_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;
 
 /// Every key, for listings and errors (`[auto]` keys as `auto.KEY`).
-pub const KEYS: [&str; 7] = [
+pub const KEYS: [&str; 8] = [
     "group",
     "bpf_log",
     "env_grants",
@@ -90,6 +104,7 @@ pub const KEYS: [&str; 7] = [
     "auto.on_battery",
     "auto.on_ac",
     "auto.external_display",
+    "power_off",
 ];
 
 impl Config {
@@ -199,6 +214,9 @@ mod tests {
         let (out, c) = edit(&out, "auto.external_display", "none").unwrap();
         assert_eq!(c.auto.external_display, DisplayRule::None);
         assert_eq!(c.auto.on_battery, Target::Integrated, "{out}");
+        let (o2, c2) = edit(&out, "power_off", "never").unwrap();
+        assert_eq!(c2.power_off, PowerOff::Never, "{o2}");
+        assert!(edit(&out, "power_off", "sometimes").is_err());
         let err = edit(&out, "auto.on_ac", "manual").unwrap_err();
         assert!(err.contains("auto.on_ac"), "{err}");
         assert!(edit(&out, "auto.colour", "x").is_err());

@@ -28,6 +28,7 @@ mod lifetime;
 mod log;
 mod notify;
 mod power;
+pub mod poweroff;
 mod push;
 mod reject;
 mod server;
@@ -96,6 +97,8 @@ struct Daemon {
     auto: auto::Auto,
     /// Runtime-PM transitions, wake attribution and residency.
     power: power::Power,
+    /// Blocked GPUs that cannot sleep: their slots' drivers unbound.
+    poweroff: poweroff::PowerOff,
     /// What subscribers were last told.
     push: push::Push,
     /// Hot-plug and late-driver events; `None` where netlink is refused.
@@ -132,6 +135,7 @@ pub fn run(opts: Options) -> Result<()> {
     d.start_power();
     sources::serve(&mut d, &mut server, &sigs)?;
     d.grants.save(&d.core.enforcer, d.core.choice().mode);
+    d.poweroff.restore_all(&opts.roots.sysfs);
     log!("stopping; every block is lifted");
     Ok(())
 }

@@ -83,6 +83,21 @@ impl Push {
         changed.into_iter().chain(queued).collect()
     }
 
+    /// A GPU's power-off changed (poweroff.rs).
+    pub fn power_off(
+        &mut self,
+        gpu: u32,
+        pci: crate::gpu::PciAddr,
+        info: Option<crate::proto::data::PowerOffInfo>,
+    ) {
+        self.outbox
+            .push(Event::PowerOff(crate::proto::event::PowerOffEvent {
+                gpu,
+                pci: Some(pci),
+                power_off: info,
+            }));
+    }
+
     /// A `gpuctl run` grant was made.
     pub fn grant(&mut self, pid: i32, uid: u32, comm: &str, gpu: u32, only: bool) {
         self.outbox.push(Event::Grant(GrantEvent {

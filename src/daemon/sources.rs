@@ -65,6 +65,7 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
             watchdog.as_ref().map(Watchdog::deadline),
             d.auto.deadline(),
             d.burst.deadline(),
+            d.poweroff.deadline(),
         ];
         let timeout = timeout(server.has_work(), deadlines, now);
         let ready = match wait(d, server, sigs, timeout) {
@@ -80,7 +81,11 @@ pub(super) fn serve(d: &mut Daemon, server: &mut Server, sigs: &Signals) -> Resu
 
 /// Requests already buffered are served without sleeping; else the loop
 /// sleeps until the earliest deadline, or until an fd is ready.
-fn timeout(has_work: bool, deadlines: [Option<Instant>; 4], now: Instant) -> PollTimeout {
+fn timeout<const N: usize>(
+    has_work: bool,
+    deadlines: [Option<Instant>; N],
+    now: Instant,
+) -> PollTimeout {
     if has_work {
         return PollTimeout::ZERO;
     }
@@ -165,6 +170,9 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
     for e in d.auto.take_events() {
         server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));
     }
+    // After every turn: the power-off follows the plan (and its events
+    // go out with this turn's).
+    d.poweroff_sync();
     announce(d, server);
     d.core.persist();
     true

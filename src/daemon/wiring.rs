@@ -14,6 +14,7 @@ use super::core::{describe_blocked, Applied, Core};
 use super::grants::Grants;
 use super::log::log;
 use super::power::Power;
+use super::poweroff::{self, PowerOff};
 use super::push::Push;
 use super::{backend, lifetime, state, uevent, Daemon, Options, Unsupported};
 use crate::bpf;
@@ -30,6 +31,9 @@ impl Daemon {
     fn open(opts: &Options) -> Result<Daemon> {
         // One daemon per state directory, whatever happened to the socket file.
         let lock = lifetime::lock_state_dir(&opts.state_dir)?;
+        // Drivers a previous daemon unbound (it died: kill -9, a crash)
+        // are bound again before anything else, so discovery sees them.
+        let poweroff = PowerOff::start(&opts.state_dir, &opts.roots.sysfs);
         let (config, warn) = config::load(&opts.config);
         if let Some(w) = warn {
             log!("{w}");
@@ -70,6 +74,7 @@ impl Daemon {
             grants: Grants::new(&opts.state_dir),
             auto,
             power,
+            poweroff,
             push: Push::default(),
             uevents,
             burst: uevent::Coalesce::default(),
@@ -96,6 +101,8 @@ impl Daemon {
         // in force before READY.
         d.auto_evaluate(false, "start");
         d.core.reapply().context("applying the saved mode")?;
+        // A blocked GPU that cannot sleep is powered off before READY.
+        d.poweroff_sync();
         d.push = Push::new(d.core.choice(), d.core.plan());
         // Grants of processes that outlived the previous daemon.
         d.grants.restore(&d.core.enforcer, d.core.choice().mode);
@@ -151,6 +158,32 @@ impl Daemon {
             log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");
         }
         self.sync_power();
+    }
+
+    /// Brings the power-off of blocked GPUs that cannot sleep in line with
+    /// the plan (poweroff.rs); after every turn of the loop and at start.
+    /// When it did something, the hardware is read again.
+    pub(super) fn poweroff_sync(&mut self) {
+        let core = &self.core;
+        let inputs = poweroff::Inputs {
+            sysfs: &core.roots.sysfs,
+            procfs: &core.roots.procfs,
+            inventory: core.inventory(),
+            blocked: &core.plan().blocked,
+            auto: core.config().power_off == config::PowerOff::Auto,
+            disabled: poweroff::disabled_by_cmdline(&core.roots.procfs),
+            now: Instant::now(),
+        };
+        let changed = self.poweroff.sync(&inputs);
+        if !changed.is_empty() {
+            for (id, pci, info) in changed {
+                if let Some(i) = &info {
+                    log!("GPU {id}: {}", i.summary());
+                }
+                self.push.power_off(id, pci, info);
+            }
+            self.refresh();
+        }
     }
 
     /// Watches the offload GPUs' runtime PM (power.rs); never fatal.

@@ -246,6 +246,9 @@ impl State {
             if !held.is_empty() {
                 l.push_str(&format!("; held by {}", held.join(", ")));
             }
+            if let Some(p) = &g.power_off {
+                l.push_str(&format!("; {}", p.summary()));
+            }
             lines.push(l);
         }
         if let Some(n) = &st.note {
@@ -540,6 +543,13 @@ pub fn describe(e: &Event) -> Option<(String, String)> {
             ),
             String::new(),
         )),
+        Event::PowerOff(v) => Some(match &v.power_off {
+            Some(p) => (format!("{}: {}", gpu(v.gpu), p.summary()), String::new()),
+            None => (
+                format!("{}: drivers bound again (power-off undone)", gpu(v.gpu)),
+                String::new(),
+            ),
+        }),
         Event::Grant(v) => Some((
             format!(
                 "{} may use {}",
@@ -688,6 +698,49 @@ mod tests {
         assert!(s.tooltip().contains("GA107M: awake (D0), usable"));
         s.set_status(status("hybrid", false, "suspended"), later);
         assert!(s.tooltip().contains(&format!("since {}", clock(later))));
+    }
+
+    #[test]
+    fn tooltip_and_events_say_what_the_power_off_did() {
+        use crate::proto::data::{PowerOffInfo, PowerOffState};
+        let mut s = State::default();
+        let mut st = status("integrated", true, "suspended");
+        let info = PowerOffInfo {
+            state: PowerOffState::Off,
+            since: 1_764_589_100,
+            unbound: vec!["0000:01:00.0=nvidia".into()],
+            power_state: Some("D3cold".into()),
+            reason: None,
+        };
+        st.gpus[1].power_off = Some(info.clone());
+        s.set_status(st, SystemTime::now());
+        let tip = s.tooltip();
+        assert!(
+            tip.contains(
+                "powered off by gpuctl: drivers unbound (0000:01:00.0=nvidia), rail off (D3cold)"
+            ),
+            "{tip}"
+        );
+        let e = Event::PowerOff(crate::proto::event::PowerOffEvent {
+            gpu: 1,
+            pci: None,
+            power_off: Some(PowerOffInfo {
+                state: PowerOffState::Refused,
+                reason: Some("held open by Xorg (pid 9) on /dev/dri/card1".into()),
+                ..info
+            }),
+        });
+        let (what, _) = describe(&e).unwrap();
+        assert!(
+            what.contains("power-off refused: held open by Xorg (pid 9)"),
+            "{what}"
+        );
+        let e = Event::PowerOff(crate::proto::event::PowerOffEvent {
+            gpu: 1,
+            pci: None,
+            power_off: None,
+        });
+        assert!(describe(&e).unwrap().0.contains("drivers bound again"));
     }
 
     #[test]

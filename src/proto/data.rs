@@ -200,6 +200,44 @@ pub struct StatusGpu {
     pub denied_opens: u64,
     /// `null` for a GPU the power monitor does not watch.
     pub runtime_pm: Option<RuntimePm>,
+    /// What gpuctl's power-off did to this GPU (issue 19); `null` when it
+    /// did nothing (not blocked, it sleeps by itself, or `power_off =
+    /// never`).
+    pub power_off: Option<PowerOffInfo>,
+}
+
+/// Where a power-off stands (`power_off.state`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PowerOffState {
+    /// The slot's drivers are unbound; `power_state` says what the rail gave.
+    Off,
+    /// Not attempted: `reason` says why (a holder, a known NVIDIA hang).
+    Refused,
+    /// Attempted and stopped: `reason` says at which step.
+    Failed,
+    /// A state this build does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+/// The power-off of one GPU (`status --json`, `power_off`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PowerOffInfo {
+    pub state: PowerOffState,
+    /// Unix time (seconds) the state began.
+    #[serde(default)]
+    pub since: u64,
+    /// Functions whose driver gpuctl unbound, `PCI=driver`, in unbind order.
+    #[serde(default)]
+    pub unbound: Vec<String>,
+    /// The GPU's `power_state` as last read after the power-off (`D3cold`,
+    /// `D3hot`, `D0`); `null` before the first read.
+    #[serde(default)]
+    pub power_state: Option<String>,
+    /// Why it was refused or failed; `null` when it is off.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// A GPU's power truth: residency, wakes, who woke it (`status`, `list`,
@@ -786,12 +824,57 @@ public!(
         "runtime_status",
         "denied_opens",
         "runtime_pm",
+        "power_off",
     ],
     |g, v| {
         g.runtime_pm = g.runtime_pm.map(|p| p.for_viewer(v));
+        g.power_off = g.power_off.map(|p| p.for_viewer(v));
         g
     }
 );
+
+impl PowerOffInfo {
+    /// One line for people: `off: rail off (D3cold) …`, `refused: held open by …`.
+    pub fn summary(&self) -> String {
+        let i = self;
+        match i.state {
+            PowerOffState::Off => {
+                let rail = match i.power_state.as_deref() {
+                    Some("D3cold") => "rail off (D3cold)".to_string(),
+                    Some("D3hot") => "D3hot only (the slot's power was not cut)".to_string(),
+                    Some(p) => format!("still {p}"),
+                    None => "power state not read yet".to_string(),
+                };
+                format!(
+                    "powered off by gpuctl: drivers unbound ({}), {rail}",
+                    i.unbound.join(", ")
+                )
+            }
+            PowerOffState::Refused => format!(
+                "power-off refused: {}",
+                i.reason.as_deref().unwrap_or("(reason withheld)")
+            ),
+            PowerOffState::Failed => format!(
+                "power-off failed: {}",
+                i.reason.as_deref().unwrap_or("(reason withheld)")
+            ),
+            PowerOffState::Unknown => "in a state this gpuctl does not know".to_string(),
+        }
+    }
+}
+
+/// The refusal's reason can name other users' processes (the holders):
+/// root and the group see it, everyone else sees `null`.
+impl Redact for PowerOffInfo {
+    const PUBLIC: &'static [&'static str] = &["state", "since", "unbound", "power_state"];
+    const PRIVATE: &'static [&'static str] = &["reason"];
+    fn visible_to(&self, viewer: Viewer) -> bool {
+        viewer.sees(None)
+    }
+    fn redact(&mut self) {
+        self.reason = None;
+    }
+}
 public!(Residency, ["asleep_pct", "asleep_s", "awake_s"]);
 public!(Watched, ["device", "role"]);
 public!(PowerMonitor, ["running", "error", "programs"]);

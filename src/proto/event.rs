@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::data::Wake;
+use super::data::{PowerOffInfo, Wake};
 use super::redact::{public, Redact, Viewer};
 use crate::gpu::{DevNum, PciAddr};
 use crate::policy::Mode;
@@ -26,6 +26,9 @@ pub enum Event {
     Sleep(SleepEvent),
     /// An offload GPU's runtime-PM status settled.
     Power(PowerEvent),
+    /// What gpuctl's power-off did to a blocked GPU changed (issue 19).
+    #[serde(rename = "power_off")]
+    PowerOff(PowerOffEvent),
     /// An event this build does not know (a newer daemon's).
     #[serde(other)]
     Unknown,
@@ -42,6 +45,7 @@ impl Event {
             Event::Wake(e) => Event::Wake(e.for_viewer(viewer)),
             Event::Sleep(e) => Event::Sleep(e.for_viewer(viewer)),
             Event::Power(e) => Event::Power(e.for_viewer(viewer)),
+            Event::PowerOff(e) => Event::PowerOff(e.for_viewer(viewer)),
             Event::Unknown => Event::Unknown,
         }
     }
@@ -191,3 +195,18 @@ public!(ModeEvent, ["mode", "reason", "detail", "trigger"]);
 public!(Blocked, ["gpu", "pci", "blocked", "reason", "displays"]);
 public!(SleepEvent, ["gpu", "pci", "ts", "awake_ms", "power_state"]);
 public!(PowerEvent, ["gpu", "pci", "power_state", "runtime_status"]);
+public!(PowerOffEvent, ["gpu", "pci", "power_off"], |e, v| {
+    e.power_off = e.power_off.map(|p| p.for_viewer(v));
+    e
+});
+
+/// `{"event": "power_off", …}`: a GPU's `power_off` (as in `status`) is
+/// now this; `null` when the power-off was undone (the drivers are bound
+/// again) or is no longer attempted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PowerOffEvent {
+    pub gpu: u32,
+    pub pci: Option<PciAddr>,
+    pub power_off: Option<PowerOffInfo>,
+}

@@ -125,6 +125,7 @@ fn every_payload_and_event_is_documented() {
         Event::Wake(Default::default()),
         Event::Sleep(SleepEvent::default()),
         Event::Power(PowerEvent::default()),
+        Event::PowerOff(PowerOffEvent::default()),
     ] {
         let v = e.to_value();
         let tag = v.get("event").and_then(Value::as_str).unwrap().to_string();
@@ -197,6 +198,7 @@ fn every_documented_key_has_a_privacy_decision() {
         ("status", "/auto/rules", check::<AutoRules>),
         ("status", "/gpus/1", check::<StatusGpu>),
         ("status", "/gpus/1/runtime_pm", check::<RuntimePm>),
+        ("status", "/gpus/1/power_off", check::<PowerOffInfo>),
         (
             "status",
             "/gpus/1/runtime_pm/since_start",
@@ -230,6 +232,7 @@ fn every_documented_key_has_a_privacy_decision() {
         ("wake", check::<Wake>),
         ("sleep", check::<SleepEvent>),
         ("power", check::<PowerEvent>),
+        ("power_off", check::<PowerOffEvent>),
     ];
     let mut seen: std::collections::BTreeMap<&str, (BTreeSet<String>, BTreeSet<&str>)> =
         Default::default();

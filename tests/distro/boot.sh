@@ -123,6 +123,13 @@ echo '{"version": 1, "mode": "integrated", "force": true}' >"$root/var/lib/gpuct
 cat >"$root/etc/udev/rules.d/80-gpuctl-test.rules" <<'RULES'
 ACTION=="bind", SUBSYSTEM=="pci", KERNEL=="0000:00:03.0", ATTR{power/control}="auto", RUN+="/bin/sh -c 'echo bind >/run/gpuctl-udev-bind'"
 RULES
+
+# The virtio GPU is bound to virtio-pci (no runtime PM): with the packaged power_off = auto,
+# integrated would unbind it (issue 19) and its node would go away; these checks are about
+# blocking it (EPERM). The power-off has its own QEMU suite (tests/vm/poweroff-tests.sh).
+sed -i 's/^power_off = "auto"$/power_off = "never"/' "$root/etc/gpuctl/gpuctl.toml"
+grep -q '^power_off = "never"$' "$root/etc/gpuctl/gpuctl.toml" \
+  || die "could not set power_off = never in the installed gpuctl.toml"
 chroot "$root" useradd -m -G gpuctl alice
 chroot "$root" useradd -m bob
 cat >"$root/etc/systemd/system/stub-dm.service" <<'UNIT'

@@ -124,7 +124,11 @@ cmos_w 112 0
 expect "AC offline before the daemon starts" "$(cat "$AC/online")" 0
 
 /bin/uevmon SUBSYSTEM=power_supply SUBSYSTEM=drm >/tmp/uev.log 2>&1 &
+# power_off = never: the virtio GPU (virtio-pci, no runtime PM) would otherwise be unbound
+# while integrated (issue 19; tests/vm/poweroff-tests.sh) and card1 would go away.
 cat >"$GPUCTL_CONFIG" <<'EOF'
+power_off = "never"
+
 [auto]
 on_battery = "integrated"
 on_ac = "hybrid"

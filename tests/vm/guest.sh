@@ -17,6 +17,11 @@ EXPECT_ERRNO=${EXPECT_ERRNO:-EPERM}
 export GPUCTL_STATE_DIR=/tmp/state GPUCTL_CONFIG=/tmp/gpuctl.toml
 unset NOTIFY_SOCKET GPUCTL_SOCKET DRI_PRIME __NV_PRIME_RENDER_OFFLOAD
 mkdir -p "$GPUCTL_STATE_DIR"
+# The virtio GPU here is bound to virtio-pci, which cannot runtime-suspend it: with the
+# default power_off = auto, integrated mode would unbind it (issue 19) and its nodes would
+# go away. These checks are about blocking the nodes; the power-off has its own suite
+# (tests/vm/poweroff-tests.sh).
+echo 'power_off = "never"' >"$GPUCTL_CONFIG"
 
 VGA=0000:00:02.0
 VIRTIO=0000:00:03.0

@@ -46,6 +46,7 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
             runtime_status: g.runtime_status,
             denied_opens: denied.get(g.id as usize).copied().unwrap_or(0),
             runtime_pm: None,
+            power_off: d.poweroff.info(g.pci).cloned(),
         })
         .collect();
     d.power.annotate_status(&mut gpus);

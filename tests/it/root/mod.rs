@@ -9,6 +9,7 @@ mod envgrant;
 mod hostile;
 mod logind;
 mod power;
+mod poweroff;
 mod protocol;
 mod smart;
 mod tray_host;
