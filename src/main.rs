@@ -221,6 +221,13 @@ enum Cmd {
     /// denied, actions (true/false) and min_interval_s.
     #[cfg_attr(not(feature = "tray"), command(hide = true))]
     Tray,
+    /// Serve net.hadess.SwitcherooControl on the system bus (what GNOME, KDE
+    /// and switcherooctl read for "Launch using Discrete Graphics Card"), as a
+    /// client of the daemon: the GPUs a launch may use in the current mode,
+    /// each with the environment gpuctl's smart mode grants. Run by the
+    /// service unit of its own, as root; leaves a running switcheroo-control be.
+    #[cfg_attr(not(feature = "tray"), command(hide = true))]
+    Switcheroo,
     /// Print one line per change of the GPU state, for status bars and scripts.
     ///
     /// --waybar: {"text", "tooltip", "class", "alt"} as waybar, i3blocks and

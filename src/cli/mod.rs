@@ -94,6 +94,7 @@ pub fn run(cli: Cli) -> u8 {
             |d: &AutoData| table::auto(d),
         ),
         Cmd::Tray => crate::desktop::tray::run(&cli.socket),
+        Cmd::Switcheroo => crate::desktop::switcheroo::run(&cli.socket),
         Cmd::Watch { waybar, json: _ } => crate::desktop::watch::run(
             &cli.socket,
             if waybar {

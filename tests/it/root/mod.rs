@@ -10,5 +10,6 @@ mod hostile;
 mod power;
 mod protocol;
 mod smart;
+mod switcheroo;
 mod tray_host;
 mod who;
