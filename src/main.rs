@@ -77,6 +77,16 @@ pub struct Cli {
         default_value = "/proc"
     )]
     procfs_root: PathBuf,
+    /// Where /run is: logind's state files, for who is at the seat (tests).
+    /// Hidden from help.
+    #[arg(
+        long,
+        global = true,
+        hide = true,
+        env = "GPUCTL_RUN_ROOT",
+        default_value = "/run"
+    )]
+    run_root: PathBuf,
     /// The daemon's state directory (state.json).
     #[arg(
         long,
@@ -177,7 +187,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, seat_may_change, auto.on_battery, auto.on_ac, auto.external_display).
     Config {
         #[arg(value_parser = cli::docs::Offered(cli::docs::config_keys))]
         key: Option<String>,

@@ -298,7 +298,11 @@ pub fn manpage(root: &Command) -> String {
          \\fBgpuctl config\\fR shows the settings, \\fBgpuctl config\\fR \\fIKEY\\fR one of them, \
          and \\fBgpuctl config\\fR \\fIKEY VALUE\\fR sets one (root or the group), keeping the \
          file's comments. Keys: {}. An annotated example is \
-         \\fI/usr/share/doc/gpuctl/examples/gpuctl.toml\\fR.",
+         \\fI/usr/share/doc/gpuctl/examples/gpuctl.toml\\fR. Who may change the mode and \
+         block or unblock: root, members of \\fBgroup\\fR, and (\\fBseat_may_change\\fR, \
+         default true) the user of the active, local login session on seat0, as logind's \
+         root\\-owned state files in \\fI/run/systemd\\fR say when they connect (not a \
+         remote or an inactive session).",
         esc(&config::KEYS.join(", "))
     );
     o.push_str(

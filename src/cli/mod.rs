@@ -34,6 +34,7 @@ pub fn run(cli: Cli) -> u8 {
             let opts = daemon::Options {
                 roots,
                 socket: cli.socket,
+                run_root: cli.run_root,
                 state_dir: cli.state_dir,
                 config: cli.config,
                 backend,

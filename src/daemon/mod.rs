@@ -30,6 +30,7 @@ mod notify;
 mod power;
 mod push;
 mod reject;
+mod seat;
 mod server;
 mod sources;
 pub mod state;
@@ -62,6 +63,8 @@ impl std::fmt::Display for Unsupported {
 pub struct Options {
     pub roots: Roots,
     pub socket: PathBuf,
+    /// Where logind's state files are (`/run`): who is at the seat.
+    pub run_root: PathBuf,
     pub state_dir: PathBuf,
     pub config: PathBuf,
     pub backend: BackendChoice,
@@ -94,6 +97,8 @@ struct Daemon {
     uevents: Option<uevent::Uevents>,
     /// The config file (`gpuctl config` edits it; SIGHUP re-reads it).
     config_path: PathBuf,
+    /// `/run` (logind's state files: the seat's user may change).
+    run_root: PathBuf,
     started: Instant,
     /// When the inventory was last re-read for a read request.
     refreshed: Option<Instant>,

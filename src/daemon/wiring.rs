@@ -76,6 +76,7 @@ impl Daemon {
             push: Push::default(),
             uevents,
             config_path: opts.config.clone(),
+            run_root: opts.run_root.clone(),
             started: Instant::now(),
             refreshed: None,
             who_cache: None,

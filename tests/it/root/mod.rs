@@ -9,6 +9,7 @@ mod envgrant;
 mod hostile;
 mod power;
 mod protocol;
+mod seat;
 mod smart;
 mod switcheroo;
 mod tray_host;
