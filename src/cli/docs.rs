@@ -306,6 +306,21 @@ pub fn manpage(root: &Command) -> String {
         esc(&config::KEYS.join(", "))
     );
     o.push_str(
+        ".SH RESCUE\n\
+         If a mode leaves the screen black (say \\fBintegrated\\fR on a machine whose panel is \
+         wired to the discrete GPU), boot once with a word on the kernel command line: at the \
+         boot menu edit the entry (GRUB: \\fBe\\fR, append to the \\fBlinux\\fR line, \
+         Ctrl\\-X; systemd\\-boot: \\fBe\\fR) and add\n\
+         .TP\n\\fBgpuctl.mode=\\fR\\fIMODE\\fR\n\
+         This boot comes up in \\fIMODE\\fR (e.g. \\fBhybrid\\fR); the saved mode is kept and \
+         is back on the next boot without the word. Automatic modes wait; a \
+         \\fBgpuctl set\\fR during this boot is saved as usual.\n\
+         .TP\n\\fBgpuctl.disable\\fR\n\
+         The daemon starts but blocks nothing and powers off nothing; changes are refused. \
+         Reboot without it to block again.\n\
+         .PP\n\\fBgpuctl doctor\\fR says when this boot has either word.\n",
+    );
+    o.push_str(
         ".SH FILES\n\
          .TP\n\\fI/etc/gpuctl/gpuctl.toml\\fR\nThe config file (admin\\-edited; \\fBgpuctl config\\fR writes it too). A file that does not parse is copied to \\fIgpuctl.toml.bad\\fR and the defaults apply.\n\
          .TP\n\\fI/var/lib/gpuctl/state.json\\fR\nThe saved mode, manual blocks and application rules, written atomically by the daemon and applied before it reports ready.\n\

@@ -30,6 +30,7 @@ mod notify;
 mod power;
 mod push;
 mod reject;
+pub mod rescue;
 mod seat;
 mod server;
 mod sources;

@@ -15,7 +15,7 @@ use super::grants::Grants;
 use super::log::log;
 use super::power::Power;
 use super::push::Push;
-use super::{backend, lifetime, state, uevent, Daemon, Options, Unsupported};
+use super::{backend, lifetime, rescue, state, uevent, Daemon, Options, Unsupported};
 use crate::bpf;
 use crate::gpu;
 
@@ -89,6 +89,11 @@ impl Daemon {
     /// outlived the previous daemon.
     pub(super) fn start(opts: &Options) -> Result<Daemon> {
         let mut d = Daemon::open(opts)?;
+        let (rescue, warns) = rescue::read(&opts.roots.procfs);
+        for w in warns {
+            log!("{w}");
+        }
+        d.core.set_rescue(rescue);
         let env_grants = d.core.config().env_grants;
         d.core.enforcer.set_env_grants(env_grants)?;
         d.sync_power();
@@ -155,6 +160,10 @@ impl Daemon {
     /// (applied now unless `apply` is false: at start, before the first
     /// apply) and to subscribers.
     pub(super) fn auto_evaluate(&mut self, apply: bool, trigger: &str) {
+        // The kernel command line's mode (or gpuctl.disable) holds this boot.
+        if self.core.boot_mode_held() || self.core.disabled() {
+            return;
+        }
         let Some((mode, why)) = self.auto.evaluate(&self.core) else {
             return;
         };

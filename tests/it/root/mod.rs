@@ -9,6 +9,7 @@ mod envgrant;
 mod hostile;
 mod power;
 mod protocol;
+mod rescue;
 mod seat;
 mod smart;
 mod switcheroo;
