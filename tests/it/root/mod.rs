@@ -3,6 +3,7 @@
 //! (tests/common/harness.rs), which fails it when it is run without root.
 
 mod auto;
+mod chipset;
 mod daemon;
 mod desktop;
 mod envgrant;
