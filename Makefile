@@ -34,6 +34,7 @@ MANDIR  ?= $(PREFIX)/share/man
 DATADIR ?= $(PREFIX)/share
 DOCDIR  ?= $(DATADIR)/doc/gpuctl
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+DBUSPOLICYDIR ?= $(DATADIR)/dbus-1/system.d
 CARGO   ?= cargo
 TARGET  := x86_64-unknown-linux-gnu
 STATIC_BIN := target/$(TARGET)/release/gpuctl
@@ -70,7 +71,8 @@ APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	acpica-tools \
 	debhelper dpkg-dev fakeroot lintian cargo-web rpm rpmlint makepkg pacman-package-manager \
 	libarchive-tools debootstrap e2fsprogs groff-base \
-	dbus sway waybar grim desktop-file-utils
+	dbus sway waybar grim desktop-file-utils \
+	switcheroo-control python3-gi gir1.2-glib-2.0
 
 .PHONY: all deps build static check test test-install test-unit test-root test-vm test-distro lint fmt demo bench bench-vm-lsm install install-files uninstall dist clean
 
@@ -115,11 +117,14 @@ test-install:
 		usr/lib/sysusers.d/gpuctl.conf usr/share/man/man1/gpuctl.1 usr/share/bash-completion/completions/gpuctl \
 		usr/share/zsh/site-functions/_gpuctl usr/share/fish/vendor_completions.d/gpuctl.fish \
 		usr/lib/systemd/user/gpuctl-tray.service etc/xdg/autostart/gpuctl-tray.desktop \
+		usr/lib/systemd/system/gpuctl-switcheroo.service \
+		usr/share/dbus-1/system.d/net.hadess.SwitcherooControl-gpuctl.conf \
 		usr/share/doc/gpuctl/README.md $(addprefix usr/share/doc/gpuctl/,$(USER_DOCS)); do \
 		test -s $$d/$$f || { echo "make install did not install $$f"; exit 1; }; done && \
 	grep -q '^ExecStart=/usr/bin/gpuctl daemon' $$d/usr/lib/systemd/system/gpuctl.service && \
 	grep -q '^ExecStart=/usr/bin/gpuctl tray$$' $$d/usr/lib/systemd/user/gpuctl-tray.service && \
 	grep -q '^Exec=/usr/bin/gpuctl tray$$' $$d/etc/xdg/autostart/gpuctl-tray.desktop && \
+	grep -q '^ExecStart=/usr/bin/gpuctl switcheroo$$' $$d/usr/lib/systemd/system/gpuctl-switcheroo.service && \
 	if command -v desktop-file-validate >/dev/null; then \
 		desktop-file-validate $$d/etc/xdg/autostart/gpuctl-tray.desktop; fi && \
 	file $$d/usr/bin/gpuctl | grep -q 'static-pie linked' && \
@@ -128,7 +133,10 @@ test-install:
 		echo "make install: the binary embeds build paths (above)"; exit 1; fi && \
 	if command -v systemd-analyze >/dev/null; then \
 		sed "s|/usr/bin/gpuctl|$$d/usr/bin/gpuctl|" $$d/usr/lib/systemd/system/gpuctl.service \
-			> $$d/gpuctl.service && systemd-analyze verify --man=no $$d/gpuctl.service; \
+			> $$d/gpuctl.service && systemd-analyze verify --man=no $$d/gpuctl.service && \
+		sed "s|/usr/bin/gpuctl|$$d/usr/bin/gpuctl|" $$d/usr/lib/systemd/system/gpuctl-switcheroo.service \
+			> $$d/gpuctl-switcheroo.service && \
+		systemd-analyze verify --man=no $$d/gpuctl-switcheroo.service; \
 	else echo "systemd-analyze not found: unit not verified"; fi && \
 	echo "install: 1 passed, 0 failed" && rm -rf $$d
 
@@ -206,6 +214,10 @@ ifeq ($(TRAY),1)
 	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service
 	install -D -m 0644 packaging/desktop/gpuctl-tray.desktop $(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
 	sed -i 's|^Exec=gpuctl|Exec=$(BINDIR)/gpuctl|' $(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
+	install -D -m 0644 packaging/systemd/gpuctl-switcheroo.service $(DESTDIR)$(UNITDIR)/gpuctl-switcheroo.service
+	sed -i 's|/usr/bin/gpuctl|$(BINDIR)/gpuctl|' $(DESTDIR)$(UNITDIR)/gpuctl-switcheroo.service
+	install -D -m 0644 packaging/dbus/net.hadess.SwitcherooControl-gpuctl.conf \
+		$(DESTDIR)$(DBUSPOLICYDIR)/net.hadess.SwitcherooControl-gpuctl.conf
 endif
 	@# A source install on a running system: create the group now (packages do it themselves).
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v systemd-sysusers >/dev/null; then \
@@ -220,7 +232,9 @@ uninstall:
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_gpuctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/gpuctl.fish \
 		$(DESTDIR)$(USERUNITDIR)/gpuctl-tray.service \
-		$(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop
+		$(DESTDIR)$(AUTOSTARTDIR)/gpuctl-tray.desktop \
+		$(DESTDIR)$(UNITDIR)/gpuctl-switcheroo.service \
+		$(DESTDIR)$(DBUSPOLICYDIR)/net.hadess.SwitcherooControl-gpuctl.conf
 
 clean:
 	$(CARGO) clean

@@ -77,6 +77,16 @@ pub struct Cli {
         default_value = "/proc"
     )]
     procfs_root: PathBuf,
+    /// Where /run is: logind's state files, for who is at the seat (tests).
+    /// Hidden from help.
+    #[arg(
+        long,
+        global = true,
+        hide = true,
+        env = "GPUCTL_RUN_ROOT",
+        default_value = "/run"
+    )]
+    run_root: PathBuf,
     /// The daemon's state directory (state.json).
     #[arg(
         long,
@@ -183,7 +193,7 @@ enum Cmd {
         #[command(subcommand)]
         action: AppCmd,
     },
-    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, auto.on_battery, auto.on_ac, auto.external_display, power_off).
+    /// Show the daemon's settings, one of them, or set one (group, bpf_log, env_grants, max_grants, seat_may_change, auto.on_battery, auto.on_ac, auto.external_display, power_off).
     Config {
         #[arg(value_parser = cli::docs::Offered(cli::docs::config_keys))]
         key: Option<String>,
@@ -232,6 +242,13 @@ enum Cmd {
     /// denied, actions (true/false) and min_interval_s.
     #[cfg_attr(not(feature = "tray"), command(hide = true))]
     Tray,
+    /// Serve net.hadess.SwitcherooControl on the system bus (what GNOME, KDE
+    /// and switcherooctl read for "Launch using Discrete Graphics Card"), as a
+    /// client of the daemon: the GPUs a launch may use in the current mode,
+    /// each with the environment gpuctl's smart mode grants. Run by the
+    /// service unit of its own, as root; leaves a running switcheroo-control be.
+    #[cfg_attr(not(feature = "tray"), command(hide = true))]
+    Switcheroo,
     /// Print one line per change of the GPU state, for status bars and scripts.
     ///
     /// --waybar: {"text", "tooltip", "class", "alt"} as waybar, i3blocks and

@@ -298,8 +298,27 @@ pub fn manpage(root: &Command) -> String {
          \\fBgpuctl config\\fR shows the settings, \\fBgpuctl config\\fR \\fIKEY\\fR one of them, \
          and \\fBgpuctl config\\fR \\fIKEY VALUE\\fR sets one (root or the group), keeping the \
          file's comments. Keys: {}. An annotated example is \
-         \\fI/usr/share/doc/gpuctl/examples/gpuctl.toml\\fR.",
+         \\fI/usr/share/doc/gpuctl/examples/gpuctl.toml\\fR. Who may change the mode and \
+         block or unblock: root, members of \\fBgroup\\fR, and (\\fBseat_may_change\\fR, \
+         default true) the user of the active, local login session on seat0, as logind's \
+         root\\-owned state files in \\fI/run/systemd\\fR say when they connect (not a \
+         remote or an inactive session).",
         esc(&config::KEYS.join(", "))
+    );
+    o.push_str(
+        ".SH RESCUE\n\
+         If a mode leaves the screen black (say \\fBintegrated\\fR on a machine whose panel is \
+         wired to the discrete GPU), boot once with a word on the kernel command line: at the \
+         boot menu edit the entry (GRUB: \\fBe\\fR, append to the \\fBlinux\\fR line, \
+         Ctrl\\-X; systemd\\-boot: \\fBe\\fR) and add\n\
+         .TP\n\\fBgpuctl.mode=\\fR\\fIMODE\\fR\n\
+         This boot comes up in \\fIMODE\\fR (e.g. \\fBhybrid\\fR); the saved mode is kept and \
+         is back on the next boot without the word. Automatic modes wait; a \
+         \\fBgpuctl set\\fR during this boot is saved as usual.\n\
+         .TP\n\\fBgpuctl.disable\\fR\n\
+         The daemon starts but blocks nothing and powers off nothing; changes are refused. \
+         Reboot without it to block again.\n\
+         .PP\n\\fBgpuctl doctor\\fR says when this boot has either word.\n",
     );
     o.push_str(
         ".SH FILES\n\

@@ -247,6 +247,45 @@ fn switcheroo_checks(r: &mut Report, roots: &Roots, mode: Option<crate::policy::
 }
 
 /// Runs every check and prints the report; exit status 1 if any failed.
+/// The boot-time rescue: what this boot's command line says, and how to
+/// use it when a mode leaves the screen black.
+fn rescue_checks(r: &mut Report, roots: &Roots, has_offload: bool) {
+    let (rescue, warns) = crate::daemon::rescue::read(&roots.procfs);
+    for w in warns {
+        r.say(Level::Warn, &w, None);
+    }
+    if rescue.disable {
+        r.say(
+            Level::Info,
+            "this boot: gpuctl.disable on the kernel command line: the daemon blocks nothing",
+            Some("reboot without it to block again".into()),
+        );
+    } else if let Some(m) = rescue.mode {
+        r.say(
+            Level::Info,
+            &format!(
+                "this boot: gpuctl.mode={m} on the kernel command line (the saved mode is \
+                 back on the next boot without it)"
+            ),
+            None,
+        );
+    }
+    if has_offload {
+        r.say(
+            Level::Info,
+            "a black screen after choosing a mode: boot once with a kernel command line word",
+            Some(
+                "at the boot menu, edit the entry (GRUB: `e`, add to the `linux` line, Ctrl-X;\n\
+                 systemd-boot: `e`) and append\n\
+                 gpuctl.mode=hybrid   this boot in hybrid mode (the saved mode is kept), or\n\
+                 gpuctl.disable       this boot, gpuctl blocks and powers off nothing;\n\
+                 then `gpuctl set hybrid` to keep hybrid"
+                    .into(),
+            ),
+        );
+    }
+}
+
 pub fn run(socket: &Path, roots: &Roots) -> u8 {
     let mut r = Report {
         out: String::new(),
@@ -304,6 +343,8 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
     }
 
     switcheroo_checks(&mut r, roots, status.as_ref().map(|s| s.mode));
+
+    rescue_checks(&mut r, roots, inv.gpus.iter().any(|g| g.offload));
 
     // Who keeps the offload GPUs awake right now.
     let holders: Vec<Holder> = client::request(socket, &Request::Who { gpu: None })

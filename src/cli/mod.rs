@@ -36,6 +36,7 @@ pub fn run(cli: Cli) -> u8 {
             let opts = daemon::Options {
                 roots,
                 socket: cli.socket,
+                run_root: cli.run_root,
                 state_dir: cli.state_dir,
                 config: cli.config,
                 backend,
@@ -100,6 +101,7 @@ pub fn run(cli: Cli) -> u8 {
             |d: &AutoData| table::auto(d),
         ),
         Cmd::Tray => crate::desktop::tray::run(&cli.socket),
+        Cmd::Switcheroo => crate::desktop::switcheroo::run(&cli.socket),
         Cmd::Watch { waybar, json: _ } => crate::desktop::watch::run(
             &cli.socket,
             if waybar {

@@ -24,6 +24,9 @@ pub struct Config {
     /// fixed at load). Past it a new grant is refused: the process is
     /// denied, never crashed, and `status` counts it.
     pub max_grants: u32,
+    /// The user of the active, local session on seat0 (logind) may change
+    /// the mode too, besides root and the group.
+    pub seat_may_change: bool,
     /// `[auto]`: automatic modes (battery/AC, external displays).
     pub auto: Rules,
     /// A blocked GPU that cannot sleep by itself: `auto` unbinds its
@@ -48,6 +51,7 @@ impl Default for Config {
             bpf_log: LogLevel::Off,
             env_grants: true,
             max_grants: 8192,
+            seat_may_change: true,
             auto: Rules::default(),
             power_off: PowerOff::Auto,
         }
@@ -96,11 +100,12 @@ pub fn load(path: &Path) -> (Config, Option<String>) {
 pub const MAX_GRANTS_RANGE: std::ops::RangeInclusive<u32> = 1..=1_000_000;
 
 /// Every key, for listings and errors (`[auto]` keys as `auto.KEY`).
-pub const KEYS: [&str; 8] = [
+pub const KEYS: [&str; 9] = [
     "group",
     "bpf_log",
     "env_grants",
     "max_grants",
+    "seat_may_change",
     "auto.on_battery",
     "auto.on_ac",
     "auto.external_display",
@@ -155,7 +160,7 @@ pub fn edit(text: &str, key: &str, value: &str) -> Result<(String, Config), Stri
         .parse()
         .map_err(|e| format!("the config file is not valid TOML ({e}); fix it by hand first"))?;
     let item = match key {
-        "env_grants" => match value {
+        "env_grants" | "seat_may_change" => match value {
             "true" | "on" | "yes" => toml_edit::value(true),
             "false" | "off" | "no" => toml_edit::value(false),
             _ => return Err(format!("{key} is true or false, not {value:?}")),

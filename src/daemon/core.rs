@@ -19,6 +19,7 @@ use anyhow::Result;
 use super::config::Config;
 use super::log::log;
 use super::reject::Rejection;
+use super::rescue::Rescue;
 use super::{auto, holders, state};
 use crate::bpf::Enforcer;
 use crate::gpu::{self, Inventory, Roots};
@@ -42,6 +43,11 @@ pub struct Core {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// The kernel command line's rescue words (`rescue`), fixed at start.
+    rescue: Rescue,
+    /// While `gpuctl.mode=` is in force: the saved choice (what is saved,
+    /// and what the next boot gets). Ended by the user's first change.
+    boot_saved: Option<Choice>,
 }
 
 /// What [`Core::apply_config`] changed that others must act on.
@@ -73,7 +79,83 @@ impl Core {
             note: None,
             dirty: false,
             save_error: None,
+            rescue: Rescue::default(),
+            boot_saved: None,
         }
+    }
+
+    /// The kernel command line's rescue, before the first apply:
+    /// `gpuctl.mode=` replaces the choice's mode for this boot (the saved
+    /// choice is kept aside and is what gets saved), `gpuctl.disable`
+    /// makes every plan empty.
+    pub fn set_rescue(&mut self, rescue: Rescue) {
+        if let Some(mode) = rescue.mode {
+            if !rescue.disable {
+                log!(
+                    "kernel command line gpuctl.mode={mode}: mode {mode} for this boot \
+                     (the saved mode, {}, is kept for the next)",
+                    self.choice.mode
+                );
+                self.boot_saved = Some(self.choice.clone());
+                self.choice = Choice {
+                    mode,
+                    force: false,
+                    ..self.choice.clone()
+                };
+            }
+        }
+        if rescue.disable {
+            log!(
+                "kernel command line gpuctl.disable: blocking nothing and powering off \
+                 nothing this boot"
+            );
+        }
+        self.rescue = rescue;
+    }
+
+    /// `gpuctl.disable` is on this boot's command line: nothing is blocked
+    /// or powered off, and changes are refused. The one flag every
+    /// enforcing component checks.
+    pub fn disabled(&self) -> bool {
+        self.rescue.disable
+    }
+
+    /// The command line's mode is in force (the user has not changed it):
+    /// automation holds off.
+    pub fn boot_mode_held(&self) -> bool {
+        self.boot_saved.is_some()
+    }
+
+    /// What is saved: the choice, with the saved mode in place of the
+    /// command line's while that is in force.
+    fn to_save(&self) -> Choice {
+        match &self.boot_saved {
+            Some(saved) => Choice {
+                mode: saved.mode,
+                force: saved.force,
+                manual: saved.manual.clone(),
+                ..self.choice.clone()
+            },
+            None => self.choice.clone(),
+        }
+    }
+
+    /// The note a rescue adds to `get`/`status`.
+    fn rescue_note(&self) -> Option<String> {
+        if self.rescue.disable {
+            return Some(
+                "disabled for this boot by the kernel command line (gpuctl.disable): \
+                 nothing is blocked; reboot without it to block again"
+                    .into(),
+            );
+        }
+        self.boot_saved.as_ref().map(|saved| {
+            format!(
+                "mode {} for this boot from the kernel command line (gpuctl.mode); \
+                 the saved mode, {}, is back on the next boot",
+                self.choice.mode, saved.mode
+            )
+        })
     }
 
     pub fn inventory(&self) -> &Inventory {
@@ -136,6 +218,11 @@ impl Core {
             &self.choice,
             &self.plan.blocked,
         );
+        let planned = if self.disabled() {
+            Ok(Plan::default())
+        } else {
+            planned
+        };
         let plan = match planned {
             Ok(p) => {
                 self.note = (!p.skipped.is_empty()).then(|| {
@@ -155,6 +242,12 @@ impl Core {
         if let Some(n) = &self.note {
             log!("mode {} is not fully in force: {n}", self.choice.mode);
         }
+        if let Some(r) = self.rescue_note() {
+            self.note = Some(match self.note.take() {
+                Some(n) => format!("{r}; {n}"),
+                None => r,
+            });
+        }
         self.enforcer.apply(&plan)?;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);
@@ -166,6 +259,13 @@ impl Core {
     /// rename, fsync) happens right after the response is sent
     /// ([`Core::persist`]), so the client does not wait for the disk.
     pub fn change(&mut self, choice: Choice) -> Result<(), Rejection> {
+        if self.disabled() {
+            return Err(Rejection::Refused(
+                "gpuctl is disabled for this boot by the kernel command line word \
+                 gpuctl.disable: nothing is blocked and no change is made; reboot without it"
+                    .into(),
+            ));
+        }
         let plan = holders::check(
             &self.inventory,
             &self.roots.procfs,
@@ -179,6 +279,8 @@ impl Core {
             return Err(e.into());
         }
         self.choice = choice;
+        // The user chose: the command line's mode ends, this is saved.
+        self.boot_saved = None;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);
         self.note = None;
@@ -190,6 +292,9 @@ impl Core {
     /// after the turn; applied now unless `apply` is false (at start, the
     /// first apply follows).
     pub fn follow(&mut self, mode: Mode, apply: bool) -> Result<()> {
+        if self.boot_mode_held() || self.disabled() {
+            return Ok(());
+        }
         self.choice = Choice {
             mode,
             force: false,
@@ -209,7 +314,11 @@ impl Core {
             apps,
             ..self.choice.clone()
         };
-        state::save(&self.state_path, &choice)?;
+        let saved = Choice {
+            apps: choice.apps.clone(),
+            ..self.to_save()
+        };
+        state::save(&self.state_path, &saved)?;
         self.choice = choice;
         Ok(())
     }
@@ -223,7 +332,7 @@ impl Core {
             return;
         }
         self.dirty = false;
-        match state::save(&self.state_path, &self.choice) {
+        match state::save(&self.state_path, &self.to_save()) {
             Ok(()) => self.save_error = None,
             Err(e) => {
                 log!("{e:#}; the change is in force but will not survive a restart");

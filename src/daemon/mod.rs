@@ -31,6 +31,8 @@ mod power;
 pub mod poweroff;
 mod push;
 mod reject;
+pub mod rescue;
+mod seat;
 mod server;
 mod sources;
 pub mod state;
@@ -63,6 +65,8 @@ impl std::fmt::Display for Unsupported {
 pub struct Options {
     pub roots: Roots,
     pub socket: PathBuf,
+    /// Where logind's state files are (`/run`): who is at the seat.
+    pub run_root: PathBuf,
     pub state_dir: PathBuf,
     pub config: PathBuf,
     pub backend: BackendChoice,
@@ -107,6 +111,8 @@ struct Daemon {
     burst: uevent::Coalesce,
     /// The config file (`gpuctl config` edits it; SIGHUP re-reads it).
     config_path: PathBuf,
+    /// `/run` (logind's state files: the seat's user may change).
+    run_root: PathBuf,
     started: Instant,
     /// When the inventory was last re-read for a read request.
     refreshed: Option<Instant>,

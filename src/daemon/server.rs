@@ -53,6 +53,9 @@ pub struct Conn {
     pub peer: Option<Peer>,
     /// Root or a member of the configured group (decided at accept).
     pub privileged: bool,
+    /// Not privileged, but the user of seat0's active local session
+    /// (`seat`, decided at accept): may change the mode and block/unblock.
+    pub seat: bool,
     inbuf: Vec<u8>,
     outbuf: Vec<u8>,
     deadline: Instant,
@@ -69,6 +72,7 @@ impl Conn {
             stream,
             peer,
             privileged,
+            seat: false,
             inbuf: Vec::new(),
             outbuf: Vec::new(),
             deadline: now + CLIENT_DEADLINE,
@@ -198,8 +202,14 @@ impl Server {
     }
 
     /// Accepts every pending connection, giving each a slot if its uid may
-    /// have one. `privileged` says whether a peer is root or in the group.
-    pub fn accept(&mut self, now: Instant, privileged: &dyn Fn(&Peer) -> bool) {
+    /// have one. `privileged` says whether a peer is root or in the group;
+    /// `seat`, asked only of the others, whether it is the seat's user.
+    pub fn accept(
+        &mut self,
+        now: Instant,
+        privileged: &dyn Fn(&Peer) -> bool,
+        seat: &dyn Fn(&Peer) -> bool,
+    ) {
         loop {
             match self.listener.accept() {
                 Ok((stream, _)) => {
@@ -209,7 +219,9 @@ impl Server {
                     let peer = Peer::of(&stream).ok();
                     let privileged = peer.as_ref().is_some_and(privileged);
                     let uid = peer.as_ref().map(|p| p.uid);
+                    let at_seat = !privileged && peer.as_ref().is_some_and(seat);
                     let mut conn = Conn::new(stream, privileged, peer, now);
+                    conn.seat = at_seat;
                     if let Some(why) = refuse_reason(&self.conns, uid, privileged) {
                         // Best effort: a full socket buffer just loses it.
                         let _ = conn.stream.write(&Response::err(Code::Busy, why).to_line());

@@ -18,6 +18,7 @@ use super::auth::{self, Peer};
 use super::handlers::{self, viewer};
 use super::lifetime::{self, Signals, Watchdog};
 use super::log::log;
+use super::seat;
 use super::server::{Conn, Server};
 use super::Daemon;
 use crate::proto::event::{Denied, Event};
@@ -165,7 +166,14 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
     server.serve(now, &mut |req, conn| handlers::handle(d, req, conn));
     if accept {
         let gid = auth::configured_gid(&d.core.config().group);
-        server.accept(now, &|p: &Peer| p.may_change(gid));
+        let seat = d
+            .core
+            .config()
+            .seat_may_change
+            .then_some(d.run_root.as_path());
+        server.accept(now, &|p: &Peer| p.may_change(gid), &|p: &Peer| {
+            seat.is_some_and(|run| seat::is_seat_user(run, p.uid))
+        });
     }
     for e in d.auto.take_events() {
         server.broadcast(&|c: &Conn| Some(e.clone().for_viewer(viewer(c)).to_value()));

@@ -16,7 +16,7 @@ use super::log::log;
 use super::power::Power;
 use super::poweroff::{self, PowerOff};
 use super::push::Push;
-use super::{backend, lifetime, state, uevent, Daemon, Options, Unsupported};
+use super::{backend, lifetime, rescue, state, uevent, Daemon, Options, Unsupported};
 use crate::bpf;
 use crate::gpu;
 
@@ -79,6 +79,7 @@ impl Daemon {
             uevents,
             burst: uevent::Coalesce::default(),
             config_path: opts.config.clone(),
+            run_root: opts.run_root.clone(),
             started: Instant::now(),
             refreshed: None,
             who_cache: None,
@@ -91,6 +92,11 @@ impl Daemon {
     /// outlived the previous daemon.
     pub(super) fn start(opts: &Options) -> Result<Daemon> {
         let mut d = Daemon::open(opts)?;
+        let (rescue, warns) = rescue::read(&opts.roots.procfs);
+        for w in warns {
+            log!("{w}");
+        }
+        d.core.set_rescue(rescue);
         let env_grants = d.core.config().env_grants;
         d.core.enforcer.set_env_grants(env_grants)?;
         d.sync_power();
@@ -197,6 +203,10 @@ impl Daemon {
     /// (applied now unless `apply` is false: at start, before the first
     /// apply) and to subscribers.
     pub(super) fn auto_evaluate(&mut self, apply: bool, trigger: &str) {
+        // The kernel command line's mode (or gpuctl.disable) holds this boot.
+        if self.core.boot_mode_held() || self.core.disabled() {
+            return;
+        }
         let Some((mode, why)) = self.auto.evaluate(&self.core) else {
             return;
         };

@@ -18,8 +18,12 @@ pub mod icon;
 pub mod model;
 #[cfg(feature = "tray")]
 pub mod notify;
+#[cfg_attr(not(feature = "tray"), allow(dead_code))]
+pub mod offers;
 #[cfg(feature = "tray")]
 pub mod sni;
+#[cfg(feature = "tray")]
+pub mod switcheroo;
 #[cfg(feature = "tray")]
 pub mod tray;
 pub mod watch;
@@ -31,6 +35,18 @@ pub mod tray {
         eprintln!(
             "gpuctl: this gpuctl was built without the tray (cargo feature \"tray\"); \
              `gpuctl watch` works without it"
+        );
+        crate::exit::USAGE
+    }
+}
+
+/// `gpuctl switcheroo` in a binary built without the feature: say so, as usage.
+#[cfg(not(feature = "tray"))]
+pub mod switcheroo {
+    pub fn run(_socket: &std::path::Path) -> u8 {
+        eprintln!(
+            "gpuctl: this gpuctl was built without D-Bus (cargo feature \"tray\"), \
+             so without `gpuctl switcheroo`"
         );
         crate::exit::USAGE
     }

@@ -431,7 +431,7 @@ impl State {
 
 fn may_not_change(st: &StatusData) -> String {
     let _ = st;
-    "You may not change modes (needs root or the gpuctl group)".to_string()
+    "You may not change modes (needs root, the gpuctl group, or the active local session at the seat)".to_string()
 }
 
 fn capitalize(s: &str) -> String {
@@ -773,7 +773,7 @@ mod tests {
         s.set_status(st, SystemTime::now());
         let m = s.menu();
         assert!(m.contains(&Item::Label(
-            "You may not change modes (needs root or the gpuctl group)".into()
+            "You may not change modes (needs root, the gpuctl group, or the active local session at the seat)".into()
         )));
         assert!(m
             .iter()

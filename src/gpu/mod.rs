@@ -337,12 +337,17 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
     Ok(Inventory { gpus })
 }
 
-/// ARCHITECTURE.md#modes: `boot_vga == 1`; without it, the GPU driving a connected
+/// ARCHITECTURE.md#modes: `boot_display == 1` (Linux 6.18+), else `boot_vga == 1`; without them, the GPU driving a connected
 /// internal panel; else the lowest PCI address among the GPUs that are not
 /// discrete (an AMD APU at `c4:00.0` above an NVIDIA dGPU at `01:00.0`
 /// without `boot_vga`: Dell AMD+NVIDIA laptops), then among the rest.
 /// `found` is in PCI order.
 fn choose_default(found: &[Found], all: &[pci::PciFunction]) -> Option<usize> {
+    // Linux 6.18+: `boot_display` names the boot display whatever its
+    // class; where any GPU has it, it decides.
+    if let Some(i) = found.iter().position(|f| f.pci.boot_display == Some(true)) {
+        return Some(i);
+    }
     if let Some(i) = found.iter().position(|f| f.pci.boot_vga == Some(true)) {
         return Some(i);
     }

@@ -94,6 +94,10 @@ pub struct PciFunction {
     pub class: u32,
     pub driver: Option<String>,
     pub boot_vga: Option<bool>,
+    /// `boot_display` (Linux 6.18+): present, as `1`, on the device the
+    /// firmware showed the boot screen on, whatever its class (a 3D or
+    /// display-class GPU has no `boot_vga`). Preferred to `boot_vga`.
+    pub boot_display: Option<bool>,
     pub power_state: Option<String>,
     pub runtime_status: Option<String>,
     pub removable: Option<bool>,
@@ -125,6 +129,26 @@ const NVIDIA_CHIPSET_GPUS: &[(u16, u16)] = &[
     (0x08a0, 0x08a5), // MCP89
 ];
 
+/// AMD/ATI GPUs built into a northbridge (RS690 Radeon X1200/X1250, RS740
+/// Radeon 2100, RS780 Radeon HD 3000/3100/3200/3300, RS880 Radeon HD
+/// 4200/4250/4290: the 690G/740G/760G/780G/785G/790GX/880G boards). They
+/// sit behind the northbridge's internal PCI bridge (`01:05.0` behind the
+/// 0x1022 bridge at `00:01.0`) with only their own HDMI audio beside them,
+/// so the bus rule below would call them cards.
+const AMD_CHIPSET_GPUS: &[(u16, u16)] = &[
+    (0x791e, 0x791f), // RS690
+    (0x796c, 0x796f), // RS740
+    (0x9610, 0x9616), // RS780
+    (0x9710, 0x9715), // RS880
+];
+
+/// Whether an AMD device id is a chipset (integrated) GPU.
+pub fn is_amd_chipset_gpu(device: u16) -> bool {
+    AMD_CHIPSET_GPUS
+        .iter()
+        .any(|&(lo, hi)| (lo..=hi).contains(&device))
+}
+
 /// Whether an NVIDIA device id is a chipset (integrated) GPU.
 pub fn is_nvidia_chipset_gpu(device: u16) -> bool {
     NVIDIA_CHIPSET_GPUS
@@ -139,7 +163,8 @@ pub fn is_nvidia_chipset_gpu(device: u16) -> bool {
 /// - Removable (Thunderbolt/USB4 eGPU): discrete.
 /// - NVIDIA: discrete, except the chipset GPUs of nForce/MCP chipsets.
 /// - Intel: integrated GPUs are on the root bus (00:02.0); Arc cards are not.
-/// - AMD: a GPU on the root bus is an APU's (pre-Zen APUs, Llano to
+/// - AMD: the northbridge GPUs of RS690 to RS880 chipsets are integrated;
+///   a GPU on the root bus is an APU's (pre-Zen APUs, Llano to
 ///   Stoney/Kabini, sit at 00:01.0 beside only 0x1002 functions); so is one
 ///   whose slot also holds platform functions of AMD's chipset vendor id
 ///   0x1022 (USB, crypto, audio co-processor: Zen APUs behind a bridge). A
@@ -153,7 +178,7 @@ pub fn is_discrete(gpu: &PciFunction, all: &[PciFunction]) -> Option<bool> {
         VENDOR_NVIDIA => Some(!is_nvidia_chipset_gpu(gpu.device)),
         VENDOR_INTEL => Some(gpu.addr.bus != 0),
         VENDOR_AMD_GPU => {
-            if gpu.addr.bus == 0 {
+            if gpu.addr.bus == 0 || is_amd_chipset_gpu(gpu.device) {
                 return Some(false);
             }
             let apu = all.iter().any(|f| {
@@ -257,6 +282,7 @@ fn read_function(addr: PciAddr, path: PathBuf) -> Option<PciFunction> {
         class: hex_attr(&path, "class")?,
         driver: link_name(&path.join("driver")),
         boot_vga: read_attr(&path.join("boot_vga")).map(|v| v == "1"),
+        boot_display: read_attr(&path.join("boot_display")).map(|v| v == "1"),
         power_state: read_attr(&path.join("power_state")),
         runtime_status: read_attr(&path.join("power/runtime_status")),
         removable: read_attr(&path.join("removable")).and_then(|v| match v.as_str() {
@@ -309,6 +335,7 @@ mod tests {
             class,
             driver: None,
             boot_vga: None,
+            boot_display: None,
             power_state: None,
             runtime_status: None,
             removable: None,
@@ -369,5 +396,20 @@ mod tests {
         assert_eq!(is_discrete(&mcp79, &[]), Some(false));
         mcp79.device = 0x0a29; // GT 330M, the MacBook Pro's discrete one
         assert_eq!(is_discrete(&mcp79, &[]), Some(true));
+        // AMD 760G: the RS780L Radeon 3000 behind the northbridge's bridge,
+        // beside only its HDMI audio (0x1002): the chipset's, not a card.
+        let mut rs780 = func("0000:01:05.0", VENDOR_AMD_GPU, 0x030000);
+        let rs780_audio = func("0000:01:05.1", VENDOR_AMD_GPU, 0x040300);
+        for id in [0x791e, 0x791f, 0x796e, 0x9610, 0x9616, 0x9710, 0x9715] {
+            rs780.device = id;
+            let all = [rs780.clone(), rs780_audio.clone()];
+            assert_eq!(is_discrete(&rs780, &all), Some(false), "{id:04x}");
+        }
+        // Its neighbours in the id space are cards (Radeon HD 4650 9498,
+        // HD 5450 68f9), and RS780's HDMI audio id (960f) is not a GPU id.
+        for id in [0x9498, 0x68f9, 0x9617, 0x9716] {
+            rs780.device = id;
+            assert_eq!(is_discrete(&rs780, &[]), Some(true), "{id:04x}");
+        }
     }
 }

@@ -116,6 +116,87 @@ impl Drop for Bus {
     }
 }
 
+/// A private bus configured as a system bus (`<type>system</type>`, owning
+/// names denied by default) with gpuctl's packaged D-Bus policy for
+/// net.hadess.SwitcherooControl included: only what that file allows
+/// may own the name.
+pub struct SystemBus {
+    pub address: String,
+    child: Child,
+    _dir: Scratch,
+}
+
+impl SystemBus {
+    pub fn start() -> SystemBus {
+        let dir = Scratch::new("sysbus");
+        let conf = dir.0.join("system.conf");
+        let policy = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("packaging/dbus/net.hadess.SwitcherooControl-gpuctl.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}/system_bus_socket</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus"/>
+  </policy>
+  <include>{}</include>
+</busconfig>
+"#,
+                dir.0.display(),
+                policy.display()
+            ),
+        )
+        .unwrap();
+        set_mode(&dir.0, 0o755);
+        let mut child = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", conf.display()))
+            .args(["--nofork", "--print-address=1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting dbus-daemon");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("unix:"), "dbus-daemon said {line:?}");
+        SystemBus {
+            address: line.trim().to_string(),
+            child,
+            _dir: dir,
+        }
+    }
+
+    pub fn connect(&self) -> zbus::blocking::Connection {
+        zbus::blocking::connection::Builder::address(self.address.as_str())
+            .unwrap()
+            .build()
+            .unwrap()
+    }
+}
+
+impl Drop for SystemBus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 pub fn set_mode(p: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();

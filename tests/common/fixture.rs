@@ -43,6 +43,7 @@ pub const MACHINES: &[&str] = &[
     "none",
     "intel_nvidia_amd",
     "two_nvidia",
+    "amd_760g",
 ];
 
 /// Access time (seconds since the epoch) of every file of a fresh tree.
@@ -1737,6 +1738,50 @@ pub fn machine(name: &str) -> Machine {
                     ..Gpu::new("0000:02:00.0", 0x10de, 0x2684)
                 }),
             Some("0000:00:02.0"),
+        ),
+        // A desktop on an AMD 760G board (RS780L northbridge): its Radeon 3000 IGP at
+        // 01:05.0 behind the northbridge's internal bridge (1022:9602), beside only its
+        // HDMI audio, and a Radeon HD 5450 add-in card in the PCIe slot (00:02.0), which
+        // the firmware boots on (a monitor on its DVI port). The IGP is the chipset's.
+        "amd_760g" => (
+            host(b, 0x1022, 0x9600)
+                .pci_bridge("0000:00:01.0", None, 0x1022, 0x9602)
+                .pci_bridge("0000:00:02.0", None, 0x1022, 0x9603)
+                .gpu(Gpu {
+                    parent: Some("0000:00:01.0"),
+                    driver: Some("radeon"),
+                    boot_vga: Some(false),
+                    card: Some(1),
+                    render: Some(129),
+                    connectors: &[("VGA-2", false), ("HDMI-A-2", false)],
+                    ..Gpu::new("0000:01:05.0", 0x1002, 0x9616)
+                })
+                .pci_function(func(
+                    "0000:01:05.1",
+                    Some("0000:00:01.0"),
+                    (0x1002, 0x960f),
+                    CLASS_HDA,
+                    "snd_hda_intel",
+                    ACTIVE,
+                ))
+                .gpu(Gpu {
+                    parent: Some("0000:00:02.0"),
+                    driver: Some("radeon"),
+                    boot_vga: Some(true),
+                    card: Some(0),
+                    render: Some(128),
+                    connectors: &[("DVI-I-1", true), ("HDMI-A-1", false), ("VGA-1", false)],
+                    ..Gpu::new("0000:02:00.0", 0x1002, 0x68f9)
+                })
+                .pci_function(func(
+                    "0000:02:00.1",
+                    Some("0000:00:02.0"),
+                    (0x1002, 0xaa68),
+                    CLASS_HDA,
+                    "snd_hda_intel",
+                    ACTIVE,
+                )),
+            Some("0000:02:00.0"),
         ),
         // No GPU at all: a root port and an Intel I226-V NIC; no DRM, so no class/drm.
         "none" => (

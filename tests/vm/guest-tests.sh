@@ -7,6 +7,10 @@
 #   cgroup         default kernel command line, daemon --backend cgroup
 #   auto-fallback  lsm= list without bpf, daemon --backend auto (must pick cgroup);
 #                  daemon --backend lsm must fail with a clear message
+#   rescue         gpuctl.mode=hybrid on the command line (tests/vm/rescue.sh): this boot
+#                  is hybrid, the saved state is not touched; the state file it saved is
+#                  taken from its console for
+#   rescue-next    the next boot, without the word: the saved mode is back
 #
 # Usage: tests/vm/guest-tests.sh [-v] [--only LABEL]... BIN
 #   -v            stream every guest's console (default: one summary line per boot, plus
@@ -50,7 +54,10 @@ boots=(
   "lsm|GPUCTL_BACKEND=lsm EXPECT_BACKEND=lsm EXPECT_ERRNO=EPERM"
   "cgroup|GPUCTL_BACKEND=cgroup EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM"
   "auto-fallback|$no_bpf_lsm GPUCTL_BACKEND=auto EXPECT_BACKEND=cgroup EXPECT_ERRNO=EPERM EXPECT_LSM_REFUSED=1"
+  "rescue|gpuctl.mode=hybrid RESCUE=1 GPUCTL_BACKEND=lsm EXPECT_ERRNO=EPERM"
+  "rescue-next|RESCUE=2 GPUCTL_BACKEND=lsm EXPECT_ERRNO=EPERM"
 )
+client_adds+=(--add "$here/rescue.sh:/rescue.sh")
 
 bad=0 ran=0 total_pass=0 total_fail=0
 t_all=$SECONDS
@@ -62,6 +69,12 @@ for b in "${boots[@]}"; do
   t0=$SECONDS
   args=(--binary "$bin" --script "$here/guest.sh" --add "$tmp/vmopen:/bin/vmopen" "${client_adds[@]}"
         --name "guest-$label" --log "$log" --timeout 90 --append "$append")
+  if [[ $label == rescue-next ]]; then
+    # The reboot: what the rescue boot saved, as its console printed it.
+    awk '/^STATE-JSON-END/ { p = 0 } p { print } /^STATE-JSON-BEGIN/ { p = 1 }' \
+      "$repo/target/vm/guest-rescue.log" >"$tmp/state.json" 2>/dev/null || true
+    [[ -s $tmp/state.json ]] && args+=(--add "$tmp/state.json:/etc/gpuctl-vm/state.json")
+  fi
   [[ $verbose == 1 ]] || args+=(--quiet)
   set +e
   "$here/run.sh" "${args[@]}" 2>"$tmp/run.err"

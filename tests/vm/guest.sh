@@ -201,6 +201,12 @@ finish() {
 
 echo "guest: kernel $(uname -r), LSMs $(cat /sys/kernel/security/lsm 2>/dev/null), backend $B (expect $EXPECT_BACKEND, blocked open -> $EXPECT_ERRNO)"
 
+# The boot-time rescue's two boots run only tests/vm/rescue.sh (which ends with finish).
+if [ -n "${RESCUE:-}" ]; then
+  # shellcheck disable=SC1091  # /rescue.sh is tests/vm/rescue.sh, linted on its own
+  . /rescue.sh
+fi
+
 # ---------------------------------------------------------------- discovery, no daemon
 if gpuctl list --json >/tmp/list.json 2>&1; then
   n=$(jgpu_count /tmp/list.json)

@@ -45,11 +45,17 @@ pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
     if req.is_change() {
         // Decided from the credentials captured at connect (uid, gid,
         // supplementary groups), never from /proc at request time.
-        if !conn.privileged {
+        if !may(conn, &req) {
+            let seat = if d.core.config().seat_may_change {
+                ", or (for the mode and block/unblock) being the user of the active local \
+                 session at the seat"
+            } else {
+                ""
+            };
             return Response::err(
                 Code::PermissionDenied,
                 format!(
-                    "changing the GPU mode needs root or membership in the `{}` group",
+                    "changing the GPU mode needs root or membership in the `{}` group{seat}",
                     d.core.config().group
                 ),
             );
@@ -114,10 +120,24 @@ fn dispatch(d: &mut Daemon, req: &Request, conn: &Conn) -> Result<Value, Rejecti
     }
 }
 
+/// What the user at the seat may change: the mode and blocks, not the
+/// config or the app rules (those stay with root and the group).
+fn seat_may(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Set { .. } | Request::Block { .. } | Request::Unblock { .. }
+    )
+}
+
+/// Whether this connection may make this change.
+pub(super) fn may(conn: &Conn, req: &Request) -> bool {
+    conn.privileged || (conn.seat && seat_may(req))
+}
+
 /// The audit line of a change. Refusals of unprivileged requests are not
 /// logged: anyone could flood the journal with them.
 fn audit(d: &Daemon, req: &Request, conn: &Conn, resp: &Response, t0: Instant) {
-    if !req.is_change() || !conn.privileged {
+    if !req.is_change() || !may(conn, req) {
         return;
     }
     let Some(p) = conn.peer.as_ref() else {

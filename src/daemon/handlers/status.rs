@@ -69,7 +69,7 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
         force: core.choice().force,
         note: core.note().clone(),
         modes: push::modes(core.inventory(), core.choice()),
-        may_change: conn.privileged,
+        may_change: conn.privileged || conn.seat,
         auto: Some(d.auto.json(&core.config().auto, core.choice().mode)),
         state_not_saved: core.save_error().clone(),
         grants,

@@ -219,7 +219,7 @@ fn outside_the_group_the_tray_says_so_and_a_member_may_switch() {
     let (_, entries) = menu_entries(&r.menu);
     find(
         &entries,
-        "You may not change modes (needs root or the gpuctl group)",
+        "You may not change modes (needs root, the gpuctl group, or the active local session at the seat)",
     );
     for m in ["Hybrid", "Integrated", "Smart", "Manual"] {
         assert!(!find(&entries, m).enabled, "{m} must be disabled");

@@ -3,6 +3,7 @@
 //! (tests/common/harness.rs), which fails it when it is run without root.
 
 mod auto;
+mod chipset;
 mod daemon;
 mod desktop;
 mod envgrant;
@@ -11,6 +12,9 @@ mod logind;
 mod power;
 mod poweroff;
 mod protocol;
+mod rescue;
+mod seat;
 mod smart;
+mod switcheroo;
 mod tray_host;
 mod who;

@@ -321,3 +321,65 @@ fn dgpu_audio_function_is_listed_with_its_sound_nodes() {
         );
     }
 }
+
+/// AMD 760G desktop (issue 20, from a real dump): the RS780L IGP behind the
+/// northbridge's bridge is the chipset's GPU, not a card; the add-in card
+/// the firmware boots on is the default and the discrete one.
+#[test]
+fn amd_chipset_igp_is_integrated() {
+    let m = crate::common::fixture::machine("amd_760g");
+    let g = list(&m);
+    assert_eq!(g.len(), 2, "{g:#?}");
+    let igp = by_pci(&g, "0000:01:05.0");
+    assert_eq!(igp["discrete"], false, "RS780L is the chipset's: {igp:#}");
+    assert_eq!(igp["default"], false);
+    assert_eq!(igp["offload"], true);
+    let card = by_pci(&g, "0000:02:00.0");
+    assert_eq!(card["discrete"], true);
+    assert_eq!(card["default"], true, "boot_vga");
+}
+
+/// Linux 6.18+ `boot_display` names the boot display and wins over
+/// `boot_vga` (and the heuristics) where a GPU has it.
+#[test]
+fn boot_display_is_preferred_to_boot_vga() {
+    let m = crate::common::fixture::machine("amd_760g");
+    m.write_sys("bus/pci/devices/0000:01:05.0/boot_display", "1\n");
+    let g = list(&m);
+    assert_eq!(by_pci(&g, "0000:01:05.0")["default"], true, "{g:#?}");
+    assert_eq!(by_pci(&g, "0000:02:00.0")["default"], false);
+    assert_eq!(by_pci(&g, "0000:02:00.0")["offload"], true);
+
+    // A 3D-class GPU has no boot_vga; boot_display still names it.
+    let m = Builder::new()
+        .name("boot_display_3d")
+        .pci_function(Func::new("0000:00:00.0", 0x8086, 0x4641, 0x060000))
+        .pci_bridge("0000:00:01.0", None, 0x8086, 0x460d)
+        .gpu(Gpu {
+            driver: Some("i915"),
+            boot_vga: Some(false),
+            card: Some(1),
+            render: Some(128),
+            ..Gpu::new("0000:00:02.0", 0x8086, 0x46a6)
+        })
+        .gpu(Gpu {
+            parent: Some("0000:00:01.0"),
+            class: crate::common::fixture::CLASS_3D,
+            driver: Some("nvidia"),
+            card: Some(0),
+            render: Some(129),
+            ..Gpu::new("0000:01:00.0", 0x10de, 0x25a2)
+        })
+        .expect_default(Some("0000:00:02.0"))
+        .build();
+    let g = list(&m);
+    assert_eq!(
+        by_pci(&g, "0000:00:02.0")["default"],
+        true,
+        "boot_vga alone"
+    );
+    m.write_sys("bus/pci/devices/0000:01:00.0/boot_display", "1\n");
+    let g = list(&m);
+    assert_eq!(by_pci(&g, "0000:01:00.0")["default"], true, "{g:#?}");
+    assert_eq!(by_pci(&g, "0000:00:02.0")["offload"], true);
+}

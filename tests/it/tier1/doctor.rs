@@ -92,3 +92,27 @@ fn doctor_names_the_desktops_switcheroo_control() {
         "{out}"
     );
 }
+
+/// The boot-time rescue (issue 20): doctor tells how to use it, and says
+/// when this boot's command line carries a word.
+#[test]
+fn doctor_tells_the_rescue_words() {
+    let m = machine("intel_nvidia");
+    let (_, out) = gpuctl(&m, &["doctor"]);
+    assert!(
+        out.contains("a black screen after choosing a mode"),
+        "{out}"
+    );
+    assert!(out.contains("gpuctl.mode=hybrid"), "{out}");
+    assert!(out.contains("gpuctl.disable"), "{out}");
+    assert!(!out.contains("this boot:"), "{out}");
+    std::fs::write(m.procfs().join("cmdline"), "ro quiet gpuctl.mode=hybrid\n").unwrap();
+    let (_, out) = gpuctl(&m, &["doctor"]);
+    assert!(out.contains("this boot: gpuctl.mode=hybrid"), "{out}");
+    std::fs::write(m.procfs().join("cmdline"), "ro gpuctl.disable\n").unwrap();
+    let (_, out) = gpuctl(&m, &["doctor"]);
+    assert!(out.contains("this boot: gpuctl.disable"), "{out}");
+    std::fs::write(m.procfs().join("cmdline"), "ro gpuctl.mode=dgpu\n").unwrap();
+    let (_, out) = gpuctl(&m, &["doctor"]);
+    assert!(out.contains("unknown mode \"dgpu\""), "{out}");
+}
