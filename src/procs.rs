@@ -170,6 +170,9 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
         }
         let node = split_rdev(meta.rdev());
         if let Some(&gpu) = owners.get(&node) {
+            if !opened_for_io(dir, &fd.file_name()) {
+                continue;
+            }
             out.push(Holder {
                 gpu,
                 pid,
@@ -178,6 +181,37 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
                 node,
                 uid: 0,
             });
+        }
+    }
+    out
+}
+
+/// Whether descriptor `fd` of the process at `dir` was opened for reading or
+/// writing: an `O_PATH` descriptor (`flags:` in `fdinfo`, octal) needs no
+/// permission, wakes nothing and is no holder. A missing `fdinfo` (a fixture
+/// procfs) counts as opened.
+fn opened_for_io(dir: &Path, fd: &std::ffi::OsStr) -> bool {
+    const O_PATH: u32 = 0o10_000_000;
+    let Ok(info) = std::fs::read_to_string(dir.join("fdinfo").join(fd)) else {
+        return true;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .is_none_or(|f| f & O_PATH == 0)
+}
+
+/// The display servers among `holders` (of primary nodes), by GPU:
+/// `comm (pid N)`, the compositor named rather than logind, its helper.
+pub fn display_servers_among(holders: &[Holder]) -> BTreeMap<u32, String> {
+    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    for h in holders {
+        if !DISPLAY_SERVERS.contains(&h.comm.as_str()) {
+            continue;
+        }
+        let e = out.entry(h.gpu).or_default();
+        if e.is_empty() || e.starts_with("systemd-logind") {
+            *e = format!("{} (pid {})", h.comm, h.pid);
         }
     }
     out

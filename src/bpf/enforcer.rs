@@ -148,6 +148,8 @@ pub struct Enforcer {
     /// What the `env_grants` map holds (accepted string → GPU mask).
     env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
+    /// What the `holder_devs` map holds (node → its bit in the scan's mask).
+    holder_devs: BTreeMap<DevNum, u32>,
 }
 
 /// Routes libbpf's messages (verifier logs included) to stderr, so a failed
@@ -237,6 +239,7 @@ impl Enforcer {
             files: BTreeMap::new(),
             env: BTreeMap::new(),
             events: None,
+            holder_devs: BTreeMap::new(),
         };
         if opts.backend == Backend::Lsm {
             // Prove the kernel accepts the attachment now (trampolines can be
@@ -587,6 +590,98 @@ impl Enforcer {
         let key = abi::read::<types::file_key>(&out)
             .context("the kernel did not report the file (iterator output empty)")?;
         Ok(abi::file_id(&key))
+    }
+}
+
+/// One process holding a GPU node open for reading or writing, as the
+/// kernel's holder scan reports it: at most one per (process, node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelHolder {
+    pub pid: u32,
+    /// One of its descriptors of `node` (for `/proc/<pid>/fd/<fd>`).
+    pub fd: u32,
+    pub node: DevNum,
+    pub comm: String,
+}
+
+impl Enforcer {
+    /// Every process holding one of `nodes` open for reading or writing
+    /// (O_PATH descriptors are not holders), found by the `iter/task_file`
+    /// program `gpuctl_holders` in the kernel: no per-descriptor work in
+    /// userspace, so the cost is the kernel's walk of the fd tables (see
+    /// docs/PERFORMANCE.md). At most 64 nodes (the scan's per-process mask).
+    pub fn kernel_holders(&mut self, nodes: &[DevNum]) -> Result<Vec<KernelHolder>> {
+        if nodes.len() > 64 {
+            bail!(
+                "the holder scan covers at most 64 nodes ({} asked)",
+                nodes.len()
+            );
+        }
+        let want: BTreeMap<DevNum, u32> = nodes.iter().zip(0u32..).map(|(n, i)| (*n, i)).collect();
+        if want != self.holder_devs {
+            let map = &self.skel.maps.holder_devs;
+            for n in self.holder_devs.keys() {
+                if !want.contains_key(n) {
+                    // A key that is not there is not an error here.
+                    let _ = map.delete(abi::bytes(&abi::dev_key(*n)));
+                }
+            }
+            self.holder_devs.clear();
+            for (n, i) in &want {
+                map.update(
+                    abi::bytes(&abi::dev_key(*n)),
+                    &i.to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("setting node {n} in the holder scan's map"))?;
+                self.holder_devs.insert(*n, *i);
+            }
+        }
+        if want.is_empty() {
+            return Ok(Vec::new());
+        }
+        {
+            let bss = self.bss()?;
+            bss.holder_tgid = 0;
+            bss.holder_seen = 0;
+        }
+        let link = self
+            .skel
+            .progs
+            .gpuctl_holders
+            .attach()
+            .context("creating the holder scan's task_file iterator")?;
+        let mut it = libbpf_rs::Iter::new(&link).context("opening the holder scan's iterator")?;
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match std::io::Read::read(&mut it, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                // The kernel stops a read that visited a million files
+                // without output with EAGAIN; the next read goes on.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(e).context("reading the holder scan's iterator"),
+            }
+        }
+        let size = std::mem::size_of::<types::holder_rec>();
+        Ok(out
+            .chunks_exact(size)
+            .filter_map(abi::read::<types::holder_rec>)
+            .map(|r| {
+                let (pid, fd, node, comm) = abi::holder(&r);
+                KernelHolder {
+                    pid,
+                    fd,
+                    node,
+                    comm,
+                }
+            })
+            .collect())
     }
 }
 

@@ -485,6 +485,7 @@ fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bo
                     let d = WhoData {
                         holders,
                         hidden: None,
+                        age_ms: None,
                     };
                     serde_json::to_value(&d).unwrap_or(Value::Null)
                 }

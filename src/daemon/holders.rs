@@ -5,12 +5,123 @@
 //! records it on the GPU, so `policy` refuses (or, for the automatic rules,
 //! skips) it with the holder's name, exactly like a connected display.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
+use super::log::log;
+use crate::bpf::Enforcer;
 use crate::gpu::{DevNum, Inventory};
 use crate::policy::{self, Choice, Plan, Refusal};
-use crate::procs;
+use crate::procs::{self, Holder};
+
+/// Every process holding one of `owners`' nodes (device number → GPU id)
+/// open for reading or writing. On the real `/proc` the kernel finds them
+/// (the enforcer's `iter/task_file` scan: no readlink or stat per
+/// descriptor, so a user who opens a million descriptors costs the daemon
+/// the kernel's walk of them, not a million system calls); only the few
+/// holders found are looked up in procfs (path, owner). A fixture procfs
+/// root (tests) is walked as before. If the kernel scan fails the walk is
+/// the fallback, logged: a missed display server would be blocked.
+pub fn scan(enforcer: &mut Enforcer, procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
+    if procfs != Path::new("/proc") {
+        return procs::holders(procfs, owners);
+    }
+    let nodes: Vec<DevNum> = owners.keys().copied().collect();
+    let found = match enforcer.kernel_holders(&nodes) {
+        Ok(f) => f,
+        Err(e) => {
+            log!("the kernel holder scan failed ({e:#}); walking /proc instead");
+            return procs::holders(procfs, owners);
+        }
+    };
+    let mut out: Vec<Holder> = found
+        .into_iter()
+        .filter_map(|k| {
+            let gpu = *owners.get(&k.node)?;
+            let dir = procfs.join(k.pid.to_string());
+            // Device nodes: the link leads into devtmpfs, never a network
+            // mount. A process gone since the scan is gone.
+            let path = std::fs::read_link(dir.join("fd").join(k.fd.to_string()))
+                .ok()?
+                .to_string_lossy()
+                .into_owned();
+            let uid = std::fs::metadata(&dir).ok()?.uid();
+            Some(Holder {
+                gpu,
+                pid: k.pid,
+                comm: k.comm,
+                path,
+                node: k.node,
+                uid,
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The holders of GPU `gpu` (every node it owns), found by [`scan`]: what
+/// the split-session guard and anything else that must know "who keeps
+/// this GPU open" asks. Stable signature: issue 19's power-off component
+/// calls it (not merged yet, hence the allow).
+#[allow(dead_code)]
+pub fn holders_of_gpu(
+    enforcer: &mut Enforcer,
+    procfs: &Path,
+    inv: &Inventory,
+    gpu: u32,
+) -> Vec<Holder> {
+    let mut owners = crate::gpu::node_owners(inv);
+    owners.retain(|_, id| *id == gpu);
+    scan(enforcer, procfs, &owners)
+}
+
+/// One scan serves every `who` for this long after it ended.
+pub const SCAN_SHARED: Duration = Duration::from_millis(250);
+/// A plain user's uid starts a new scan at most this often; meanwhile it is
+/// served the last result, with its age.
+pub const SCAN_PER_UID: Duration = Duration::from_secs(2);
+
+/// The `who` scans: the last result (stamped when the scan *ended*), and
+/// when each uid last caused one. Owned by the daemon; one scan at a time
+/// (the daemon has one thread).
+#[derive(Default)]
+pub struct Scans {
+    last: Option<(Instant, Vec<Holder>)>,
+    by_uid: HashMap<u32, Instant>,
+}
+
+impl Scans {
+    /// Every holder of every GPU for a `who` from `uid`, and the result's
+    /// age: the last scan's while it is fresh, or while `uid` (not root)
+    /// started one within [`SCAN_PER_UID`]; else a new one from `run`.
+    pub fn who(&mut self, uid: u32, run: impl FnOnce() -> Vec<Holder>) -> (&[Holder], Duration) {
+        let now = Instant::now();
+        let age = self.last.as_ref().map(|(t, _)| now.duration_since(*t));
+        let fresh = age.is_some_and(|a| a < SCAN_SHARED);
+        let limited = uid != 0
+            && self.last.is_some()
+            && self
+                .by_uid
+                .get(&uid)
+                .is_some_and(|t| now.duration_since(*t) < SCAN_PER_UID);
+        if !fresh && !limited {
+            let found = run();
+            let end = Instant::now();
+            self.by_uid
+                .retain(|_, t| end.duration_since(*t) < SCAN_PER_UID);
+            self.by_uid.insert(uid, end);
+            self.last = Some((end, found));
+        }
+        match &self.last {
+            Some((t, h)) => (h.as_slice(), Instant::now().duration_since(*t)),
+            None => (&[], Duration::ZERO),
+        }
+    }
+}
 
 /// The plan for `choice`, with the split-session rule: a GPU that `choice`
 /// would newly block (not in `blocked` now) and whose primary node a
@@ -20,6 +131,7 @@ use crate::procs;
 /// re-applying a plan that blocks the same GPUs, costs nothing, and
 /// `policy::plan` runs a second time only when a holder was found.
 pub fn plan(
+    enforcer: &mut Enforcer,
     inv: &Inventory,
     procfs: &Path,
     choice: &Choice,
@@ -44,7 +156,11 @@ pub fn plan(
                 .map(move |n| (*n, g.id))
         })
         .collect();
-    let held = procs::display_holders(procfs, &primary);
+    let held = if procfs == Path::new("/proc") {
+        procs::display_servers_among(&scan(enforcer, procfs, &primary))
+    } else {
+        procs::display_holders(procfs, &primary)
+    };
     if held.is_empty() {
         // Discovery never fills `display_holder`: the inventory with no
         // holder recorded is `inv` itself, and so is its plan.
@@ -60,12 +176,13 @@ pub fn plan(
 /// [`plan`] for a change that is made or refused as a whole
 /// (`policy::check`'s rule: a GPU it would skip refuses it).
 pub fn check(
+    enforcer: &mut Enforcer,
     inv: &Inventory,
     procfs: &Path,
     choice: &Choice,
     blocked: &BTreeSet<u32>,
 ) -> Result<Plan, Refusal> {
-    policy::refuse_skips(plan(inv, procfs, choice, blocked)?)
+    policy::refuse_skips(plan(enforcer, inv, procfs, choice, blocked)?)
 }
 
 /// A primary node: DRM `cardN` (226, minor < 64 on every kernel gpuctl

@@ -78,7 +78,7 @@ impl Daemon {
             config_path: opts.config.clone(),
             started: Instant::now(),
             refreshed: None,
-            who_cache: None,
+            who_scans: super::holders::Scans::default(),
             _lock: lock,
         })
     }

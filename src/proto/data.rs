@@ -464,6 +464,10 @@ pub struct WhoData {
     pub holders: Vec<Holder>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<u64>,
+    /// How old the scan is, in milliseconds since it ended (one scan serves
+    /// every client for a while; issue 18). Absent without a daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
 }
 
 /// `grant` (`gpuctl run`).
@@ -812,7 +816,7 @@ public!(
     ]
 );
 public!(AutoRules, ["on_battery", "on_ac", "external_display"]);
-public!(WhoData, ["holders", "hidden"], |w, v| {
+public!(WhoData, ["holders", "hidden", "age_ms"], |w, v| {
     let (holders, hidden) = withhold(w.holders, v);
     w.holders = holders;
     w.hidden = w.hidden.map(|h| h + hidden);
