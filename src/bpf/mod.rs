@@ -14,7 +14,9 @@ mod enforcer;
 pub mod power;
 
 pub use abi::MAX_GPUS;
-pub use enforcer::{init_logging, Backend, Enforcer, Grant, GrantHow, LogLevel, Options};
+pub use enforcer::{
+    init_logging, Backend, Enforcer, Grant, GrantHow, KernelHolder, LogLevel, Options,
+};
 
 /// The skeletons libbpf-cargo generates in `build.rs`, one module per object.
 /// Generated code: its own lints are not ours.

@@ -131,7 +131,6 @@ impl Core {
     /// nothing. Never fails because of policy, only because of the kernel.
     pub fn reapply(&mut self) -> Result<()> {
         let planned = holders::plan(
-            &mut self.enforcer,
             &self.inventory,
             &self.roots.procfs,
             &self.choice,
@@ -168,7 +167,6 @@ impl Core {
     /// ([`Core::persist`]), so the client does not wait for the disk.
     pub fn change(&mut self, choice: Choice) -> Result<(), Rejection> {
         let plan = holders::check(
-            &mut self.enforcer,
             &self.inventory,
             &self.roots.procfs,
             &choice,

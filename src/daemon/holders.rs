@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::log::log;
-use crate::bpf::Enforcer;
+use crate::bpf::{Enforcer, KernelHolder};
 use crate::gpu::{DevNum, Inventory};
 use crate::policy::{self, Choice, Plan, Refusal};
 use crate::procs::{self, Holder};
@@ -29,13 +29,18 @@ pub fn scan(enforcer: &mut Enforcer, procfs: &Path, owners: &BTreeMap<DevNum, u3
         return procs::holders(procfs, owners);
     }
     let nodes: Vec<DevNum> = owners.keys().copied().collect();
-    let found = match enforcer.kernel_holders(&nodes) {
-        Ok(f) => f,
+    match enforcer.kernel_holders(&nodes) {
+        Ok(found) => resolve(found, procfs, owners),
         Err(e) => {
             log!("the kernel holder scan failed ({e:#}); walking /proc instead");
-            return procs::holders(procfs, owners);
+            procs::holders(procfs, owners)
         }
-    };
+    }
+}
+
+/// The kernel's records as holders: GPU, path as the process opened it and
+/// owner, from procfs (a few calls per holder, none per other descriptor).
+fn resolve(found: Vec<KernelHolder>, procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
     let mut out: Vec<Holder> = found
         .into_iter()
         .filter_map(|k| {
@@ -85,40 +90,80 @@ pub const SCAN_SHARED: Duration = Duration::from_millis(250);
 /// served the last result, with its age.
 pub const SCAN_PER_UID: Duration = Duration::from_secs(2);
 
-/// The `who` scans: the last result (stamped when the scan *ended*), and
-/// when each uid last caused one. Owned by the daemon; one scan at a time
-/// (the daemon has one thread).
+/// The `who` scans: the last result (stamped when the scan *ended*), when
+/// each uid last started one, and the one running. On the real `/proc` a
+/// scan runs on the enforcer's scan thread and the loop goes on: a `who`
+/// is answered at once with the last result and its age (only the very
+/// first waits for one). One scan at a time.
 #[derive(Default)]
 pub struct Scans {
     last: Option<(Instant, Vec<Holder>)>,
     by_uid: HashMap<u32, Instant>,
+    /// The nodes → GPU map of the scan running, if one is.
+    running: Option<BTreeMap<DevNum, u32>>,
 }
 
 impl Scans {
-    /// Every holder of every GPU for a `who` from `uid`, and the result's
-    /// age: the last scan's while it is fresh, or while `uid` (not root)
-    /// started one within [`SCAN_PER_UID`]; else a new one from `run`.
-    pub fn who(&mut self, uid: u32, run: impl FnOnce() -> Vec<Holder>) -> (&[Holder], Duration) {
+    /// Every holder of every GPU (`owners`) for a `who` from `uid`, and the
+    /// result's age. A new scan starts when the last result is older than
+    /// [`SCAN_SHARED`], none runs, and `uid` (root excepted) started none
+    /// within [`SCAN_PER_UID`].
+    pub fn who(
+        &mut self,
+        uid: u32,
+        enforcer: &mut Enforcer,
+        procfs: &Path,
+        owners: &BTreeMap<DevNum, u32>,
+    ) -> (Vec<Holder>, Duration) {
+        // A result the split-session guard collected (it waits for a
+        // running scan) or one whose wake-up is not served yet.
+        if self.running.is_some() {
+            self.finish(enforcer, procfs);
+        }
         let now = Instant::now();
-        let age = self.last.as_ref().map(|(t, _)| now.duration_since(*t));
-        let fresh = age.is_some_and(|a| a < SCAN_SHARED);
+        let fresh = self
+            .last
+            .as_ref()
+            .is_some_and(|(t, _)| now.duration_since(*t) < SCAN_SHARED);
         let limited = uid != 0
             && self.last.is_some()
             && self
                 .by_uid
                 .get(&uid)
                 .is_some_and(|t| now.duration_since(*t) < SCAN_PER_UID);
-        if !fresh && !limited {
-            let found = run();
-            let end = Instant::now();
+        if !fresh && !limited && self.running.is_none() {
             self.by_uid
-                .retain(|_, t| end.duration_since(*t) < SCAN_PER_UID);
-            self.by_uid.insert(uid, end);
-            self.last = Some((end, found));
+                .retain(|_, t| now.duration_since(*t) < SCAN_PER_UID);
+            self.by_uid.insert(uid, now);
+            let background = procfs == Path::new("/proc") && self.last.is_some();
+            let nodes: Vec<DevNum> = owners.keys().copied().collect();
+            match background.then(|| enforcer.holder_scan_start(&nodes)) {
+                Some(Ok(true)) => self.running = Some(owners.clone()),
+                Some(Ok(false)) => {}
+                Some(Err(e)) => log!("starting a holder scan failed: {e:#}"),
+                // A fixture root, or no result yet: scan here.
+                None => {
+                    let found = scan(enforcer, procfs, owners);
+                    self.last = Some((Instant::now(), found));
+                }
+            }
         }
         match &self.last {
-            Some((t, h)) => (h.as_slice(), Instant::now().duration_since(*t)),
-            None => (&[], Duration::ZERO),
+            Some((t, h)) => (h.clone(), Instant::now().duration_since(*t)),
+            None => (Vec::new(), Duration::ZERO),
+        }
+    }
+
+    /// The running scan has finished (its fd is readable): keep its result,
+    /// stamped now.
+    pub fn finish(&mut self, enforcer: &mut Enforcer, procfs: &Path) {
+        let Some(r) = enforcer.holder_scan_take() else {
+            return;
+        };
+        let owners = self.running.take().unwrap_or_default();
+        match r {
+            Ok(found) => self.last = Some((Instant::now(), resolve(found, procfs, &owners))),
+            Err(e) => log!("the holder scan failed: {e:#}"),
         }
     }
 }
@@ -131,7 +176,6 @@ impl Scans {
 /// re-applying a plan that blocks the same GPUs, costs nothing, and
 /// `policy::plan` runs a second time only when a holder was found.
 pub fn plan(
-    enforcer: &mut Enforcer,
     inv: &Inventory,
     procfs: &Path,
     choice: &Choice,
@@ -156,11 +200,9 @@ pub fn plan(
                 .map(move |n| (*n, g.id))
         })
         .collect();
-    let held = if procfs == Path::new("/proc") {
-        procs::display_servers_among(&scan(enforcer, procfs, &primary))
-    } else {
-        procs::display_holders(procfs, &primary)
-    };
+    // Not the kernel's scan of every descriptor: only processes that can
+    // be display servers are looked at (see `procs::display_holders`).
+    let held = procs::display_holders(procfs, &primary);
     if held.is_empty() {
         // Discovery never fills `display_holder`: the inventory with no
         // holder recorded is `inv` itself, and so is its plan.
@@ -176,13 +218,12 @@ pub fn plan(
 /// [`plan`] for a change that is made or refused as a whole
 /// (`policy::check`'s rule: a GPU it would skip refuses it).
 pub fn check(
-    enforcer: &mut Enforcer,
     inv: &Inventory,
     procfs: &Path,
     choice: &Choice,
     blocked: &BTreeSet<u32>,
 ) -> Result<Plan, Refusal> {
-    policy::refuse_skips(plan(enforcer, inv, procfs, choice, blocked)?)
+    policy::refuse_skips(plan(inv, procfs, choice, blocked)?)
 }
 
 /// A primary node: DRM `cardN` (226, minor < 64 on every kernel gpuctl

@@ -42,6 +42,8 @@ enum Src {
     Power,
     /// The enforcer's deny events (only while someone subscribes).
     Denials,
+    /// The holder scan's thread has a result.
+    Scan,
     /// An accepted client, by its index in `server.conns`.
     Conn(usize),
     /// The listening socket.
@@ -116,6 +118,9 @@ fn wait(
     }
     if let Some(fd) = d.core.enforcer.events_fd() {
         set.push((Src::Denials, input(fd)));
+    }
+    if let Some(fd) = d.core.enforcer.holder_scan_fd() {
+        set.push((Src::Scan, input(fd)));
     }
     let conns = server.conns.iter().enumerate();
     set.extend(conns.map(|(i, c)| (Src::Conn(i), c.poll_fd())));
@@ -217,6 +222,10 @@ fn on_ready(
         Src::Clock => d.auto.on_clock(t.now),
         Src::Power => send_wakes(d, server),
         Src::Denials => send_denials(d, server),
+        Src::Scan => {
+            let core = &mut d.core;
+            d.who_scans.finish(&mut core.enforcer, &core.roots.procfs);
+        }
         // Existing clients' indexes match the set: new ones are accepted
         // after serving.
         Src::Conn(i) => server.io(i, revents),

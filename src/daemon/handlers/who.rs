@@ -4,7 +4,6 @@
 //! one at most so often ([`holders::Scans`]); the answer says how old the
 //! result is.
 
-use super::super::holders;
 use super::super::server::Conn;
 use super::super::Daemon;
 use super::{viewer, Rejection};
@@ -21,14 +20,13 @@ pub(super) fn who(d: &mut Daemon, arg: Option<&str>, conn: &Conn) -> Result<WhoD
     let core = &mut d.core;
     // A peer whose credentials were not read shares one anonymous bucket.
     let uid = conn.peer.as_ref().map_or(u32::MAX, |p| p.uid);
-    let (all, age) = d.who_scans.who(uid, || {
-        holders::scan(&mut core.enforcer, &core.roots.procfs, &owners)
-    });
+    let (all, age) = d
+        .who_scans
+        .who(uid, &mut core.enforcer, &core.roots.procfs, &owners);
     Ok(WhoData {
         holders: all
-            .iter()
+            .into_iter()
             .filter(|h| only.is_none_or(|o| o == h.gpu))
-            .cloned()
             .collect(),
         hidden: Some(0),
         age_ms: Some(u64::try_from(age.as_millis()).unwrap_or(u64::MAX)),

@@ -259,6 +259,8 @@ fn fake_holder(env: &Env, pid: u32, comm: &str, node: &DevNode) {
     let d = env.machine.procfs().join(pid.to_string());
     std::fs::create_dir_all(d.join("fd")).unwrap();
     std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+    // A display server runs a root-owned executable (issue 18).
+    std::os::unix::fs::symlink("/bin/sh", d.join("exe")).unwrap();
     std::os::unix::fs::symlink(&node.0, d.join("fd/12")).unwrap();
 }
 

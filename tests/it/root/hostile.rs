@@ -759,3 +759,79 @@ fn who_counts_read_write_holders_not_o_path_ones() {
     assert!(age.as_u64().is_some_and(|a| a < 250), "age_ms {age}");
     env.stop();
 }
+
+/// Issue 18, F2: processes named like a display server holding the dGPU's
+/// card node by an O_PATH descriptor (no permission needed, wakes nothing)
+/// do not veto a block: one run by a plain user (not the owner of a
+/// graphical session), and one run by root (O_PATH is no holder). Before,
+/// either made `set integrated` refuse without `--force`.
+#[test]
+#[ignore = "root"]
+fn a_fake_display_server_does_not_veto_a_block() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.extra_env = vec![("GPUCTL_PROCFS_ROOT".into(), "/proc".into())];
+    env.start();
+    let tag = std::process::id();
+    let node = format!("/dev/shm/gpuctl-fakexorg-{tag}");
+    let _ = std::fs::remove_file(&node);
+    let c = CString::new(node.as_str()).unwrap();
+    // SAFETY: valid path; plain mknod(2) of the NVIDIA card's number.
+    let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(226, 0)) };
+    assert_eq!(r, 0);
+    let dir = std::env::temp_dir().join(format!("gpuctl-fakexorg-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let xorg = dir.join("Xorg");
+    let _ = std::fs::remove_file(&xorg);
+    std::os::unix::fs::symlink("/bin/sleep", &xorg).unwrap();
+    let spawn = |uid: u32| {
+        let c = CString::new(node.as_str()).unwrap();
+        let mut cmd = Command::new(&xorg);
+        cmd.arg("60");
+        // SAFETY: open(2) and the credential calls are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::open(c.as_ptr(), libc::O_PATH) < 0
+                    || (uid != 0
+                        && (libc::setgroups(0, std::ptr::null()) != 0
+                            || libc::setgid(uid) != 0
+                            || libc::setuid(uid) != 0))
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn().unwrap()
+    };
+    let mut fakes = [spawn(ATTACKER), spawn(0)];
+    // Both run, named Xorg, holding the node.
+    for f in &fakes {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{}/comm", f.id())).unwrap_or_default()
+            != "Xorg\n"
+        {
+            assert!(
+                Instant::now() < deadline,
+                "fake Xorg {} not running",
+                f.id()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let out = env.gpuctl(&["set", "integrated"]);
+    for f in &mut fakes {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    std::fs::remove_file(&node).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        out.status.success(),
+        "a fake Xorg vetoed the block: {}",
+        describe(&out)
+    );
+    assert_eq!(env.json(&["status"])["mode"], "integrated");
+    assert_eq!(env.open_errno(226, 0), EPERM);
+    env.stop();
+}
