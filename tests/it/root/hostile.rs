@@ -845,3 +845,75 @@ fn a_fake_display_server_does_not_veto_a_block() {
     assert_eq!(env.open_errno(226, 0), EPERM);
     env.stop();
 }
+
+/// Issue 18, F4: a process named with a terminal escape sequence holding a
+/// GPU node: root's `who` table shows the sequence escaped (before, it
+/// reached the terminal as is and retitled it), the JSON keeps the exact
+/// name.
+#[test]
+#[ignore = "root"]
+fn a_hostile_process_name_reaches_the_terminal_escaped() {
+    root_test!();
+    let m = machine("intel_nvidia");
+    let audio = std::fs::read_dir(m.sysfs().join("bus/pci/devices"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name() == "0000:01:00.1")
+        .expect("the fixture's NVIDIA audio function")
+        .path();
+    let ctl = audio.join("sound/card9/controlC9");
+    std::fs::create_dir_all(&ctl).unwrap();
+    std::fs::write(ctl.join("dev"), "1:7\n").unwrap();
+    let mut env = Env::new(m);
+    env.extra_env = vec![("GPUCTL_PROCFS_ROOT".into(), "/proc".into())];
+    env.start();
+    let name = "ev\x1b]0;pwned\x07";
+    let dir = env.dir.join("names");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
+    let full = CString::new("/dev/full").unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.arg("60");
+    // SAFETY: open(2) is async-signal-safe; `full` was made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::open(full.as_ptr(), libc::O_RDWR) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut holder = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let json = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let v = env.json(&["who"]);
+        if v["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["pid"] == holder.id())
+            || Instant::now() > deadline
+        {
+            break v;
+        }
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let table = env.gpuctl(&["who"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let h = json["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["pid"] == holder.id())
+        .cloned()
+        .unwrap_or_else(|| panic!("holder not found: {json}"));
+    assert_eq!(h["comm"], name, "the JSON keeps the exact name");
+    let out = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{}", describe(&table));
+    assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out:?}");
+    assert!(out.contains("ev\\x1b]0;pwned\\x07"), "{out:?}");
+    env.stop();
+}
