@@ -42,6 +42,9 @@ pub struct Core {
     dirty: bool,
     /// Why the last save failed, if it did.
     save_error: Option<String>,
+    /// Pidfds of the display servers the plan in force skipped GPUs for:
+    /// readable when one exits, then [`Core::holder_gone`] plans again.
+    holder_watch: Vec<std::os::fd::OwnedFd>,
 }
 
 /// What [`Core::apply_config`] changed that others must act on.
@@ -73,6 +76,7 @@ impl Core {
             note: None,
             dirty: false,
             save_error: None,
+            holder_watch: Vec::new(),
         }
     }
 
@@ -126,6 +130,19 @@ impl Core {
         }
     }
 
+    /// The pidfds to poll: display servers the plan skipped GPUs for.
+    pub fn holder_fds(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.holder_watch.iter().map(|f| f.as_fd())
+    }
+
+    /// A watched display server exited: plan again (the GPU it held may be
+    /// blocked now, as the choice asks).
+    pub fn holder_gone(&mut self) {
+        self.holder_watch.clear();
+        self.replan();
+    }
+
     /// Applies the saved choice to the current inventory. Protected GPUs
     /// are skipped with a log line; a mode that makes no sense here blocks
     /// nothing. Never fails because of policy, only because of the kernel.
@@ -155,6 +172,10 @@ impl Core {
         if let Some(n) = &self.note {
             log!("mode {} is not fully in force: {n}", self.choice.mode);
         }
+        self.holder_watch = holders::skipped_holder_pids(&plan)
+            .into_iter()
+            .filter_map(super::auth::pidfd_of)
+            .collect();
         self.enforcer.apply(&plan)?;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);

@@ -226,6 +226,21 @@ pub fn check(
     policy::refuse_skips(plan(inv, procfs, choice, blocked)?)
 }
 
+/// The pids of the display servers a plan skipped GPUs for (its skip
+/// reasons name them `… (pid N) …`): the daemon watches them (pidfds) and
+/// plans again when they exit, instead of waiting for a hardware event.
+pub fn skipped_holder_pids(plan: &Plan) -> Vec<u32> {
+    let mut out: Vec<u32> = plan
+        .skipped
+        .iter()
+        .flat_map(|s| s.reason.split("(pid ").skip(1))
+        .filter_map(|r| r.split(')').next()?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// A primary node: DRM `cardN` (226, minor < 64 on every kernel gpuctl
 /// supports; render nodes start at 128), or `/dev/nvidiaN` (195, below
 /// `nvidiactl`'s 255), which NVIDIA's Xorg driver holds.
@@ -236,6 +251,26 @@ fn is_primary(n: DevNum) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skipped_holder_pids_are_read_from_the_skips() {
+        let plan = Plan {
+            skipped: vec![
+                policy::Skip {
+                    gpu: 1,
+                    reason: "GPU 1 is held open by the display server gnome-shell (pid 4321)"
+                        .into(),
+                },
+                policy::Skip {
+                    gpu: 2,
+                    reason: "GPU 2 drives a display".into(),
+                },
+            ],
+            ..Plan::default()
+        };
+        assert_eq!(skipped_holder_pids(&plan), vec![4321]);
+        assert!(skipped_holder_pids(&Plan::default()).is_empty());
+    }
 
     #[test]
     fn primary_nodes() {

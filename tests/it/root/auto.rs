@@ -418,3 +418,42 @@ POWER_SUPPLY_NAME=AC\0POWER_SUPPLY_ONLINE=0\0SEQNUM=1\0";
     assert!(log.contains("uevent(s) not sent by the kernel"), "{log}");
     assert!(!log.contains("auto: mode integrated"), "{log}");
 }
+
+/// Issue 18, F2: automation skipped the dGPU because a display server held
+/// its card; when that process exits the daemon plans again at once (a
+/// pidfd in its poll set) and blocks it. Before, the skip lasted until the
+/// next hardware event or request that re-planned.
+#[test]
+#[ignore = "root"]
+fn a_skip_for_a_display_server_ends_when_it_exits() {
+    root_test!();
+    let mut env = laptop(false, RULES);
+    let card = DevNode::new("gone", DGPU_CARD.0, DGPU_CARD.1);
+    // A real process stands behind the fixture's holder, so its exit is real.
+    let mut server = std::process::Command::new("/bin/sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    fake_holder(&env, pid, "gnome-shell", &card);
+    env.start();
+    assert_eq!(mode(&env), "integrated");
+    assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), ENXIO, "skipped");
+    // The process exits (and leaves the fixture's procfs with it).
+    std::fs::remove_dir_all(env.machine.procfs().join(pid.to_string())).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while env.open_errno(DGPU_CARD.0, DGPU_CARD.1) != EPERM {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dGPU stayed unblocked after its holder exited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = env.stop();
+    assert!(
+        log.contains("a display server that held a GPU exited"),
+        "{log}"
+    );
+}

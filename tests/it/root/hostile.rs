@@ -578,9 +578,11 @@ fn spawn_with_o_path_fds(uid: u32, n: u32) -> Child {
     // `null` was made before the fork.
     unsafe {
         cmd.pre_exec(move || {
+            // Room for the descriptors the (parallel) test process has open
+            // at the fork, too.
             let lim = libc::rlimit {
-                rlim_cur: u64::from(n) + 64,
-                rlim_max: u64::from(n) + 64,
+                rlim_cur: u64::from(n) + 1024,
+                rlim_max: u64::from(n) + 1024,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
                 return Err(std::io::Error::last_os_error());
