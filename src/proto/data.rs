@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::redact::{each, public, withhold, Redact, Viewer, Withheld};
+use super::redact::{each, note_for, public, withhold, Redact, Viewer, Withheld};
 use crate::automation::{DisplayRule, Power, Target};
 use crate::bpf::{Backend, GrantHow};
 use crate::gpu::{DevNum, Gpu, PciAddr};
@@ -706,7 +706,10 @@ public!(
     }
 );
 public!(PingData, ["pid", "version"]);
-public!(ModeData, ["mode", "force", "blocked", "note"]);
+public!(ModeData, ["mode", "force", "blocked", "note"], |m, v| {
+    m.note = note_for(m.note, v);
+    m
+});
 public!(ListData, ["schema", "mode", "backend", "gpus"], |l, v| {
     l.gpus = each(l.gpus, v);
     l
@@ -769,6 +772,7 @@ public!(
         "power_monitor",
     ],
     |s, v| {
+        s.note = note_for(s.note, v);
         let (grants, hidden) = withhold(s.grants, v);
         s.grants = grants;
         s.grants_hidden += hidden;

@@ -457,3 +457,28 @@ fn a_skip_for_a_display_server_ends_when_it_exits() {
         "{log}"
     );
 }
+
+/// Issue 18, F6: the note naming the display server automation skipped a
+/// GPU for shows its pid to root and the group only; a plain user gets the
+/// name (before, everyone got `gnome-shell (pid 4321)`).
+#[test]
+#[ignore = "root"]
+fn a_plain_user_does_not_see_the_display_servers_pid_in_the_note() {
+    root_test!();
+    let mut env = laptop(false, RULES);
+    let card = DevNode::new("note", DGPU_CARD.0, DGPU_CARD.1);
+    fake_holder(&env, 4322, "gnome-shell", &card);
+    env.start();
+    let root_view = env.json(&["status"]);
+    let note = root_view["note"].as_str().unwrap_or_default().to_string();
+    assert!(note.contains("gnome-shell (pid 4322)"), "{root_view}");
+    let out = env.gpuctl_as(Some(60001), &["status", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let theirs = v["note"].as_str().unwrap_or_default();
+    assert!(
+        theirs.contains("gnome-shell") && !theirs.contains("4322"),
+        "{v}"
+    );
+    env.stop();
+}
