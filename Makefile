@@ -67,7 +67,7 @@ RELEASE_ENV := RUSTFLAGS="$(strip $(RUSTFLAGS) $(STATIC_RUSTFLAGS) $(REMAP))" \
 
 APT_PACKAGES := clang llvm libelf-dev zlib1g-dev pkg-config clang-format \
 	qemu-system-x86 busybox-static kmod cpio xz-utils binutils shellcheck file gcc libc6-dev \
-	bubblewrap libdrm-dev \
+	bubblewrap libdrm-dev strace \
 	acpica-tools \
 	debhelper dpkg-dev fakeroot lintian cargo-web rpm rpmlint makepkg pacman-package-manager \
 	libarchive-tools debootstrap e2fsprogs groff-base \

@@ -638,3 +638,75 @@ int gpuctl_file_id(struct bpf_iter__task_file *ctx)
 	bpf_seq_write(ctx->meta->seq, &out, sizeof(out));
 	return 0;
 }
+
+/*
+ * The holder scan (`gpuctl who`, the split-session guard; issue 18): every
+ * process with a GPU node open for reading or writing, found in the kernel
+ * so its cost does not grow with what users put in their fd tables in
+ * userspace terms (no readlink, no stat per fd). The daemon fills
+ * `holder_devs` (a node's device number -> its index, < 64) and resets the
+ * two globals, then reads the iterator once. O_PATH descriptors (which wake
+ * nothing and need no permission) and descriptors opened for neither
+ * reading nor writing are not holders. One record per (process, node): the
+ * iterator visits a process's files one after the other, so a bit mask of
+ * the nodes seen in the current process is enough.
+ */
+#define FMODE_READ 0x1
+#define FMODE_WRITE 0x2
+#define FMODE_PATH 0x4000
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, struct dev_key);
+	__type(value, __u32);
+} holder_devs SEC(".maps");
+
+/* Puts `struct holder_rec` in BTF for the skeleton (see `_deny_event`). */
+struct holder_rec _holder_rec = {};
+__u32 holder_tgid = 0;
+__u64 holder_seen = 0;
+
+SEC("iter/task_file")
+int gpuctl_holders(struct bpf_iter__task_file *ctx)
+{
+	struct task_struct *task = ctx->task;
+	struct file *file = ctx->file;
+	struct holder_rec out = {};
+	struct dev_key key;
+	struct inode *inode;
+	__u32 *idx;
+	__u64 bit;
+	dev_t rdev;
+
+	if (!task || !file)
+		return 0;
+	if (file->f_mode & FMODE_PATH)
+		return 0;
+	if (!(file->f_mode & (FMODE_READ | FMODE_WRITE)))
+		return 0;
+	inode = file->f_inode;
+	if (!inode || (inode->i_mode & S_IFMT) != S_IFCHR)
+		return 0;
+	rdev = inode->i_rdev;
+	key.major = rdev >> MINORBITS;
+	key.minor = rdev & MINORMASK;
+	idx = bpf_map_lookup_elem(&holder_devs, &key);
+	if (!idx)
+		return 0;
+	if (task->tgid != holder_tgid) {
+		holder_tgid = task->tgid;
+		holder_seen = 0;
+	}
+	bit = 1ULL << (*idx & 63);
+	if (holder_seen & bit)
+		return 0;
+	holder_seen |= bit;
+	out.tgid = task->tgid;
+	out.fd = ctx->fd;
+	out.major = key.major;
+	out.minor = key.minor;
+	__builtin_memcpy(out.comm, task->comm, sizeof(out.comm));
+	bpf_seq_write(ctx->meta->seq, &out, sizeof(out));
+	return 0;
+}

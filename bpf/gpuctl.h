@@ -153,4 +153,16 @@ struct deny_event {
 	__u32 svc;
 };
 
+/*
+ * One record of the holder scan (`iter/task_file`, issue 18): a process with
+ * a GPU node open for reading or writing. At most one per (process, node).
+ */
+struct holder_rec {
+	__u32 tgid;
+	__u32 fd;
+	__u32 major;
+	__u32 minor;
+	char comm[16];
+};
+
 #endif /* GPUCTL_H */

@@ -127,6 +127,8 @@ struct path {
 
 struct file {
 	struct inode *f_inode;
+
+	/* fmode_t: FMODE_READ, FMODE_WRITE, FMODE_PATH (the holder scan). */
 	unsigned int f_mode;
 } __attribute__((preserve_access_index));
 

@@ -16,6 +16,7 @@ mod policy;
 mod procs;
 mod proto;
 mod safefile;
+mod text;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -96,18 +96,66 @@ pub const DISPLAY_SERVERS: &[&str] = &[
     "systemd-logind",
 ];
 
+/// Where logind describes its sessions (one file per session).
+pub const LOGIND_SESSIONS: &str = "/run/systemd/sessions";
+
+/// The owners of logind's graphical sessions (`TYPE=x11`, `wayland` or
+/// `mir`, not closing): the users whose compositor may hold a GPU.
+pub fn graphical_session_uids(dir: &Path) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path()) else {
+            continue;
+        };
+        let get = |k: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+        };
+        let graphical = matches!(get("TYPE"), Some("x11" | "wayland" | "mir"));
+        let closing = get("STATE") == Some("closing");
+        if let (true, false, Some(uid)) =
+            (graphical, closing, get("UID").and_then(|u| u.parse().ok()))
+        {
+            out.push(uid);
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// Display servers holding one of `primary` (a GPU's primary nodes:
 /// `cardN`, and `nvidiaN` for NVIDIA's Xorg driver; device number → GPU
-/// id) open, by GPU: `comm (pid N)`. Reads one `comm` per process and scans
-/// the descriptors of display servers only, so it stays cheap on a busy
-/// desktop.
+/// id) open for reading or writing, by GPU: `comm (pid N)`. A display
+/// server is known by what it is, not only by its name (issue 18): named
+/// like one, run by root or by the owner of a graphical logind session
+/// (`seat_uids`), from a root-owned executable. Reads one `comm` per
+/// process, stats `/proc/<pid>` and its `exe` for those named like one,
+/// and scans the descriptors of the few that pass: cheap on a busy
+/// desktop, and a plain user's processes named `Xorg` cost one stat each.
 pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeMap<u32, String> {
-    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    display_holders_for(
+        procfs,
+        primary,
+        &graphical_session_uids(Path::new(LOGIND_SESSIONS)),
+    )
+}
+
+/// [`display_holders`] with the graphical sessions' owners given.
+pub fn display_holders_for(
+    procfs: &Path,
+    primary: &BTreeMap<DevNum, u32>,
+    seat_uids: &[u32],
+) -> BTreeMap<u32, String> {
+    let mut out: Vec<Holder> = Vec::new();
     if primary.is_empty() {
-        return out;
+        return BTreeMap::new();
     }
     let Ok(procs) = std::fs::read_dir(procfs) else {
-        return out;
+        return BTreeMap::new();
     };
     for p in procs.flatten() {
         let name = p.file_name();
@@ -120,15 +168,24 @@ pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeM
         if !DISPLAY_SERVERS.contains(&comm.as_str()) {
             continue;
         }
-        for h in holders_of_pid(&p.path(), pid, &comm, primary) {
-            // Prefer naming the compositor over logind, its helper.
-            let e = out.entry(h.gpu).or_default();
-            if e.is_empty() || e.starts_with("systemd-logind") {
-                *e = format!("{} (pid {})", h.comm, h.pid);
-            }
+        let Ok(uid) = p.metadata().map(|m| m.uid()) else {
+            continue;
+        };
+        if uid != 0 && !seat_uids.contains(&uid) {
+            continue;
         }
+        // `exe` followed: the executable's owner (a user's own copy of a
+        // binary, or one they could rewrite, is not a display server).
+        if std::fs::metadata(p.path().join("exe"))
+            .ok()
+            .map(|m| m.uid())
+            != Some(0)
+        {
+            continue;
+        }
+        out.extend(holders_of_pid(&p.path(), pid, &comm, primary));
     }
-    out
+    display_servers_among(&out)
 }
 
 /// `<procfs>/<pid>/comm` in one read(2) into a stack buffer (comm is at
@@ -170,6 +227,9 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
         }
         let node = split_rdev(meta.rdev());
         if let Some(&gpu) = owners.get(&node) {
+            if !opened_for_io(dir, &fd.file_name()) {
+                continue;
+            }
             out.push(Holder {
                 gpu,
                 pid,
@@ -178,6 +238,37 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
                 node,
                 uid: 0,
             });
+        }
+    }
+    out
+}
+
+/// Whether descriptor `fd` of the process at `dir` was opened for reading or
+/// writing: an `O_PATH` descriptor (`flags:` in `fdinfo`, octal) needs no
+/// permission, wakes nothing and is no holder. A missing `fdinfo` (a fixture
+/// procfs) counts as opened.
+fn opened_for_io(dir: &Path, fd: &std::ffi::OsStr) -> bool {
+    const O_PATH: u32 = 0o10_000_000;
+    let Ok(info) = std::fs::read_to_string(dir.join("fdinfo").join(fd)) else {
+        return true;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .is_none_or(|f| f & O_PATH == 0)
+}
+
+/// The display servers among `holders` (of primary nodes), by GPU:
+/// `comm (pid N)`, the compositor named rather than logind, its helper.
+pub fn display_servers_among(holders: &[Holder]) -> BTreeMap<u32, String> {
+    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+    for h in holders {
+        if !DISPLAY_SERVERS.contains(&h.comm.as_str()) {
+            continue;
+        }
+        let e = out.entry(h.gpu).or_default();
+        if e.is_empty() || e.starts_with("systemd-logind") {
+            *e = format!("{} (pid {})", h.comm, h.pid);
         }
     }
     out
@@ -206,6 +297,7 @@ mod tests {
             let d = root.join(pid.to_string());
             std::fs::create_dir_all(d.join("fd")).unwrap();
             std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+            std::os::unix::fs::symlink("/bin/sh", d.join("exe")).unwrap();
             for (i, t) in fds.iter().enumerate() {
                 std::os::unix::fs::symlink(t, d.join(format!("fd/{}", i + 3))).unwrap();
             }

@@ -99,6 +99,7 @@ plain_types!(
     g::app_rule,
     g::env_key,
     g::deny_event,
+    g::holder_rec,
     p::pm_key,
     p::pm_dev,
     p::pm_waker,
@@ -175,6 +176,12 @@ pub fn file_id(k: &g::file_key) -> FileId {
         dev: DevNum::new(k.dev >> 20, k.dev & 0xfffff),
         ino: k.ino,
     }
+}
+
+/// A record of the holder scan (`struct holder_rec`): a process (`tgid`),
+/// one of its descriptors of a GPU node and the node, and the task's name.
+pub fn holder(r: &g::holder_rec) -> (u32, u32, DevNum, String) {
+    (r.tgid, r.fd, DevNum::new(r.major, r.minor), cstr(&r.comm))
 }
 
 /// `struct env_key`: the string, zero-padded to `GPUCTL_ENV_KEY_LEN`.

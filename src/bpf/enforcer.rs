@@ -195,6 +195,11 @@ pub struct Enforcer {
     /// What the `env_grants` map holds (accepted string → GPU mask).
     env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
+    /// What the `holder_devs` map holds (node → its bit in the scan's mask).
+    holder_devs: BTreeMap<DevNum, u32>,
+    /// A background holder scan, and a finished one's result not taken yet.
+    scan: Option<ScanInFlight>,
+    scan_done: Option<Result<Vec<u8>, String>>,
 }
 
 /// Routes libbpf's messages (verifier logs included) to stderr, so a failed
@@ -284,6 +289,9 @@ impl Enforcer {
             files: BTreeMap::new(),
             env: BTreeMap::new(),
             events: None,
+            holder_devs: BTreeMap::new(),
+            scan: None,
+            scan_done: None,
         };
         if opts.backend == Backend::Lsm {
             // Prove the kernel accepts the attachment now (trampolines can be
@@ -658,6 +666,172 @@ impl Enforcer {
         let key = abi::read::<types::file_key>(&out)
             .context("the kernel did not report the file (iterator output empty)")?;
         Ok(abi::file_id(&key))
+    }
+}
+
+/// One process holding a GPU node open for reading or writing, as the
+/// kernel's holder scan reports it: at most one per (process, node).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelHolder {
+    pub pid: u32,
+    /// One of its descriptors of `node` (for `/proc/<pid>/fd/<fd>`).
+    pub fd: u32,
+    pub node: DevNum,
+    pub comm: String,
+}
+
+/// A holder scan running on its own thread (the kernel's walk of every fd
+/// table can take a while; the daemon's loop must not wait for it).
+struct ScanInFlight {
+    done: std::sync::mpsc::Receiver<Result<Vec<u8>, String>>,
+    /// Readable once the thread has sent its result (the loop polls it).
+    wake: std::os::unix::net::UnixStream,
+}
+
+/// Reads an iterator to its end. The kernel stops a read that visited a
+/// million files without output with EAGAIN; the next read goes on.
+fn read_iter(mut it: libbpf_rs::Iter) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match std::io::Read::read(&mut it, &mut buf) {
+            Ok(0) => return Ok(out),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn parse_holders(out: &[u8]) -> Vec<KernelHolder> {
+    out.chunks_exact(std::mem::size_of::<types::holder_rec>())
+        .filter_map(abi::read::<types::holder_rec>)
+        .map(|r| {
+            let (pid, fd, node, comm) = abi::holder(&r);
+            KernelHolder {
+                pid,
+                fd,
+                node,
+                comm,
+            }
+        })
+        .collect()
+}
+
+impl Enforcer {
+    /// Sets the scan's node map and state and opens its iterator (cheap:
+    /// the walk happens as it is read). `None` when there is no node.
+    fn open_holder_scan(&mut self, nodes: &[DevNum]) -> Result<Option<libbpf_rs::Iter>> {
+        if nodes.len() > 64 {
+            bail!(
+                "the holder scan covers at most 64 nodes ({} asked)",
+                nodes.len()
+            );
+        }
+        let want: BTreeMap<DevNum, u32> = nodes.iter().zip(0u32..).map(|(n, i)| (*n, i)).collect();
+        if want != self.holder_devs {
+            let map = &self.skel.maps.holder_devs;
+            for n in self.holder_devs.keys() {
+                if !want.contains_key(n) {
+                    // A key that is not there is not an error here.
+                    let _ = map.delete(abi::bytes(&abi::dev_key(*n)));
+                }
+            }
+            self.holder_devs.clear();
+            for (n, i) in &want {
+                map.update(
+                    abi::bytes(&abi::dev_key(*n)),
+                    &i.to_ne_bytes(),
+                    MapFlags::ANY,
+                )
+                .with_context(|| format!("setting node {n} in the holder scan's map"))?;
+                self.holder_devs.insert(*n, *i);
+            }
+        }
+        if want.is_empty() {
+            return Ok(None);
+        }
+        {
+            let bss = self.bss()?;
+            bss.holder_tgid = 0;
+            bss.holder_seen = 0;
+        }
+        let link = self
+            .skel
+            .progs
+            .gpuctl_holders
+            .attach()
+            .context("creating the holder scan's task_file iterator")?;
+        // The iterator holds the program: the link may go.
+        let it = libbpf_rs::Iter::new(&link).context("opening the holder scan's iterator")?;
+        Ok(Some(it))
+    }
+
+    /// Every process holding one of `nodes` open for reading or writing
+    /// (O_PATH descriptors are not holders), found by the `iter/task_file`
+    /// program `gpuctl_holders` in the kernel: no per-descriptor work in
+    /// userspace, so the cost is the kernel's walk of the fd tables (see
+    /// docs/PERFORMANCE.md). At most 64 nodes (the scan's per-process
+    /// mask). Waits for a background scan first: the two share the
+    /// program's state (its result is kept for [`Enforcer::holder_scan_take`]).
+    pub fn kernel_holders(&mut self, nodes: &[DevNum]) -> Result<Vec<KernelHolder>> {
+        if let Some(f) = self.scan.take() {
+            let r = f
+                .done
+                .recv()
+                .unwrap_or_else(|_| Err("the scan thread ended without a result".into()));
+            self.scan_done = Some(r);
+        }
+        let Some(it) = self.open_holder_scan(nodes)? else {
+            return Ok(Vec::new());
+        };
+        let out = read_iter(it).context("reading the holder scan's iterator")?;
+        Ok(parse_holders(&out))
+    }
+
+    /// Starts [`Enforcer::kernel_holders`] on a thread; its result is
+    /// [`Enforcer::holder_scan_take`]n once [`Enforcer::holder_scan_fd`] is
+    /// readable. False (nothing started) while one runs already.
+    pub fn holder_scan_start(&mut self, nodes: &[DevNum]) -> Result<bool> {
+        if self.scan.is_some() || self.scan_done.is_some() {
+            return Ok(false);
+        }
+        let it = self.open_holder_scan(nodes)?;
+        let (tx, done) = std::sync::mpsc::channel();
+        let (wake, mut ping) =
+            std::os::unix::net::UnixStream::pair().context("creating the scan's wake socket")?;
+        std::thread::Builder::new()
+            .name("holder-scan".into())
+            .spawn(move || {
+                let r = match it {
+                    Some(it) => read_iter(it).map_err(|e| format!("reading the iterator: {e}")),
+                    None => Ok(Vec::new()),
+                };
+                let _ = tx.send(r);
+                let _ = std::io::Write::write_all(&mut ping, b"1");
+            })
+            .context("starting the holder scan's thread")?;
+        self.scan = Some(ScanInFlight { done, wake });
+        Ok(true)
+    }
+
+    /// Readable when a background scan has finished (for the daemon's poll).
+    pub fn holder_scan_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.scan.as_ref().map(|f| f.wake.as_fd())
+    }
+
+    /// The background scan's result, once it has one.
+    pub fn holder_scan_take(&mut self) -> Option<Result<Vec<KernelHolder>>> {
+        if let Some(r) = self.scan_done.take() {
+            return Some(r.map(|b| parse_holders(&b)).map_err(anyhow::Error::msg));
+        }
+        let r = self.scan.as_ref()?.done.try_recv().ok()?;
+        self.scan = None;
+        Some(r.map(|b| parse_holders(&b)).map_err(anyhow::Error::msg))
     }
 }
 

@@ -335,7 +335,8 @@ fn events(socket: &std::path::Path, json: bool) -> u8 {
         }
         match serde_json::from_value::<Event>(v.clone()) {
             Ok(Event::Denied(d)) => println!("{}", table::event(&d)),
-            Ok(e) => println!("{}", power::event_line(&e, v)),
+            // One line per event: nothing in it may act on the terminal.
+            Ok(e) => println!("{}", crate::text::human(&power::event_line(&e, v))),
             Err(_) => println!("{v}"),
         }
         Ok(())
@@ -501,6 +502,7 @@ fn who(socket: &std::path::Path, roots: &Roots, gpu: Option<String>, as_json: bo
                     let d = WhoData {
                         holders,
                         hidden: None,
+                        age_ms: None,
                     };
                     serde_json::to_value(&d).unwrap_or(Value::Null)
                 }

@@ -29,7 +29,8 @@ pub fn clock(ts: f64) -> String {
 
 /// `lspci (pid 4242, uid 1000) read config`.
 pub fn cause(w: &Wake) -> String {
-    let who = match (&w.comm, w.tgid) {
+    let comm = w.comm.as_deref().map(crate::text::human);
+    let who = match (&comm, w.tgid) {
         (Some(c), Some(p)) if w.kworker => format!("{c} (kernel thread, pid {p})"),
         (Some(c), Some(p)) => match w.uid {
             Some(u) => format!("{c} (pid {p}, uid {u})"),
@@ -37,7 +38,10 @@ pub fn cause(w: &Wake) -> String {
         },
         _ => "unknown cause".to_string(),
     };
-    let file = w.file.as_deref().map(|f| f.rsplit('/').next().unwrap_or(f));
+    let file = w
+        .file
+        .as_deref()
+        .map(|f| crate::text::human(f.rsplit('/').next().unwrap_or(f)));
     match (&w.op, file) {
         (Some(o), Some(f)) => format!("{who} {o} {f}"),
         (Some(o), None) => format!("{who} {o}"),
@@ -145,7 +149,8 @@ pub fn wakes(d: &WakesData) -> String {
             .flat_map(|p| &p.top_wakers)
             .map(|t| {
                 let uid = t.uid.map(|u| format!(" (uid {u})")).unwrap_or_default();
-                format!("{}{uid} ×{}", opt(t.comm.as_deref()), t.wakes)
+                let comm = opt(t.comm.as_deref());
+                format!("{}{uid} ×{}", crate::text::human(&comm), t.wakes)
             })
             .collect();
         if !top.is_empty() {

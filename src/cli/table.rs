@@ -9,6 +9,17 @@ use crate::proto::event::Denied;
 
 /// Left-aligned columns, two spaces apart, no trailing blanks.
 pub fn render(header: &[&str], rows: &[Vec<String>]) -> String {
+    // Cells carry names and paths other users chose: control characters
+    // shown escaped.
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            r.iter()
+                .map(|c| crate::text::human(c).into_owned())
+                .collect()
+        })
+        .collect();
+    let rows = rows.as_slice();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
         for (w, c) in widths.iter_mut().zip(r) {
@@ -312,7 +323,7 @@ pub fn event(v: &Denied) -> String {
     let line = format!(
         "{:<8}  {:<16}  {:<4}  {node}",
         opt(v.pid),
-        opt(v.comm.as_deref()),
+        crate::text::human(&opt(v.comm.as_deref())),
         v.gpu
     );
     match &v.why {

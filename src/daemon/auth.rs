@@ -122,6 +122,18 @@ fn peer_pidfd(stream: &UnixStream, pid: i32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
 }
 
+/// A pidfd of process `pid`, `None` if it is gone (or pidfds are missing).
+pub fn pidfd_of(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a new fd from pidfd_open, owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
 /// Whether the process behind `pidfd` still runs (its pidfd is not yet
 /// readable: a pidfd polls readable once the process has exited).
 pub fn alive(pidfd: &OwnedFd) -> bool {

@@ -48,6 +48,10 @@ pub struct Core {
     /// While `gpuctl.mode=` is in force: the saved choice (what is saved,
     /// and what the next boot gets). Ended by the user's first change.
     boot_saved: Option<Choice>,
+
+    /// Pidfds of the display servers the plan in force skipped GPUs for:
+    /// readable when one exits, then [`Core::holder_gone`] plans again.
+    holder_watch: Vec<std::os::fd::OwnedFd>,
 }
 
 /// What [`Core::apply_config`] changed that others must act on.
@@ -81,6 +85,8 @@ impl Core {
             save_error: None,
             rescue: Rescue::default(),
             boot_saved: None,
+
+            holder_watch: Vec::new(),
         }
     }
 
@@ -208,6 +214,19 @@ impl Core {
         }
     }
 
+    /// The pidfds to poll: display servers the plan skipped GPUs for.
+    pub fn holder_fds(&self) -> impl Iterator<Item = std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.holder_watch.iter().map(|f| f.as_fd())
+    }
+
+    /// A watched display server exited: plan again (the GPU it held may be
+    /// blocked now, as the choice asks).
+    pub fn holder_gone(&mut self) {
+        self.holder_watch.clear();
+        self.replan();
+    }
+
     /// Applies the saved choice to the current inventory. Protected GPUs
     /// are skipped with a log line; a mode that makes no sense here blocks
     /// nothing. Never fails because of policy, only because of the kernel.
@@ -248,6 +267,11 @@ impl Core {
                 None => r,
             });
         }
+
+        self.holder_watch = holders::skipped_holder_pids(&plan)
+            .into_iter()
+            .filter_map(super::auth::pidfd_of)
+            .collect();
         self.enforcer.apply(&plan)?;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);

@@ -329,13 +329,17 @@ impl Grants {
                 Err(e) => log!("{e:#}"),
             }
         }
+        // `restore` holds the saved grants whose process still runs and the
+        // children those forked while no daemon ran (issue 18: the line
+        // counted both as "saved").
+        let kept = restore.iter().filter(|g| saved.grants.contains(g)).count();
         log!(
-            "restored {n} grant(s) of {} saved ({} dropped: process gone)",
+            "restored {n} of {} grant(s): {kept} of {} saved, {} of children forked while no \
+             daemon ran ({} dropped: process gone)",
             restore.len(),
-            saved
-                .grants
-                .len()
-                .saturating_sub(restore.iter().filter(|g| saved.grants.contains(g)).count())
+            saved.grants.len(),
+            restore.len() - kept,
+            saved.grants.len().saturating_sub(kept)
         );
     }
 

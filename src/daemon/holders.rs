@@ -5,12 +5,168 @@
 //! records it on the GPU, so `policy` refuses (or, for the automatic rules,
 //! skips) it with the holder's name, exactly like a connected display.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::{Duration, Instant};
 
+use super::log::log;
+use crate::bpf::{Enforcer, KernelHolder};
 use crate::gpu::{DevNum, Inventory};
 use crate::policy::{self, Choice, Plan, Refusal};
-use crate::procs;
+use crate::procs::{self, Holder};
+
+/// Every process holding one of `owners`' nodes (device number → GPU id)
+/// open for reading or writing. On the real `/proc` the kernel finds them
+/// (the enforcer's `iter/task_file` scan: no readlink or stat per
+/// descriptor, so a user who opens a million descriptors costs the daemon
+/// the kernel's walk of them, not a million system calls); only the few
+/// holders found are looked up in procfs (path, owner). A fixture procfs
+/// root (tests) is walked as before. If the kernel scan fails the walk is
+/// the fallback, logged: a missed display server would be blocked.
+pub fn scan(enforcer: &mut Enforcer, procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
+    if procfs != Path::new("/proc") {
+        return procs::holders(procfs, owners);
+    }
+    let nodes: Vec<DevNum> = owners.keys().copied().collect();
+    match enforcer.kernel_holders(&nodes) {
+        Ok(found) => resolve(found, procfs, owners),
+        Err(e) => {
+            log!("the kernel holder scan failed ({e:#}); walking /proc instead");
+            procs::holders(procfs, owners)
+        }
+    }
+}
+
+/// The kernel's records as holders: GPU, path as the process opened it and
+/// owner, from procfs (a few calls per holder, none per other descriptor).
+fn resolve(found: Vec<KernelHolder>, procfs: &Path, owners: &BTreeMap<DevNum, u32>) -> Vec<Holder> {
+    let mut out: Vec<Holder> = found
+        .into_iter()
+        .filter_map(|k| {
+            let gpu = *owners.get(&k.node)?;
+            let dir = procfs.join(k.pid.to_string());
+            // Device nodes: the link leads into devtmpfs, never a network
+            // mount. A process gone since the scan is gone.
+            let path = std::fs::read_link(dir.join("fd").join(k.fd.to_string()))
+                .ok()?
+                .to_string_lossy()
+                .into_owned();
+            let uid = std::fs::metadata(&dir).ok()?.uid();
+            Some(Holder {
+                gpu,
+                pid: k.pid,
+                comm: k.comm,
+                path,
+                node: k.node,
+                uid,
+            })
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The holders of GPU `gpu` (every node it owns), found by [`scan`]: what
+/// the split-session guard and anything else that must know "who keeps
+/// this GPU open" asks. Stable signature: issue 19's power-off component
+/// calls it (not merged yet, hence the allow).
+#[allow(dead_code)]
+pub fn holders_of_gpu(
+    enforcer: &mut Enforcer,
+    procfs: &Path,
+    inv: &Inventory,
+    gpu: u32,
+) -> Vec<Holder> {
+    let mut owners = crate::gpu::node_owners(inv);
+    owners.retain(|_, id| *id == gpu);
+    scan(enforcer, procfs, &owners)
+}
+
+/// One scan serves every `who` for this long after it ended.
+pub const SCAN_SHARED: Duration = Duration::from_millis(250);
+/// A plain user's uid starts a new scan at most this often; meanwhile it is
+/// served the last result, with its age.
+pub const SCAN_PER_UID: Duration = Duration::from_secs(2);
+
+/// The `who` scans: the last result (stamped when the scan *ended*), when
+/// each uid last started one, and the one running. On the real `/proc` a
+/// scan runs on the enforcer's scan thread and the loop goes on: a `who`
+/// is answered at once with the last result and its age (only the very
+/// first waits for one). One scan at a time.
+#[derive(Default)]
+pub struct Scans {
+    last: Option<(Instant, Vec<Holder>)>,
+    by_uid: HashMap<u32, Instant>,
+    /// The nodes → GPU map of the scan running, if one is.
+    running: Option<BTreeMap<DevNum, u32>>,
+}
+
+impl Scans {
+    /// Every holder of every GPU (`owners`) for a `who` from `uid`, and the
+    /// result's age. A new scan starts when the last result is older than
+    /// [`SCAN_SHARED`], none runs, and `uid` (root excepted) started none
+    /// within [`SCAN_PER_UID`].
+    pub fn who(
+        &mut self,
+        uid: u32,
+        enforcer: &mut Enforcer,
+        procfs: &Path,
+        owners: &BTreeMap<DevNum, u32>,
+    ) -> (Vec<Holder>, Duration) {
+        // A result the split-session guard collected (it waits for a
+        // running scan) or one whose wake-up is not served yet.
+        if self.running.is_some() {
+            self.finish(enforcer, procfs);
+        }
+        let now = Instant::now();
+        let fresh = self
+            .last
+            .as_ref()
+            .is_some_and(|(t, _)| now.duration_since(*t) < SCAN_SHARED);
+        let limited = uid != 0
+            && self.last.is_some()
+            && self
+                .by_uid
+                .get(&uid)
+                .is_some_and(|t| now.duration_since(*t) < SCAN_PER_UID);
+        if !fresh && !limited && self.running.is_none() {
+            self.by_uid
+                .retain(|_, t| now.duration_since(*t) < SCAN_PER_UID);
+            self.by_uid.insert(uid, now);
+            let background = procfs == Path::new("/proc") && self.last.is_some();
+            let nodes: Vec<DevNum> = owners.keys().copied().collect();
+            match background.then(|| enforcer.holder_scan_start(&nodes)) {
+                Some(Ok(true)) => self.running = Some(owners.clone()),
+                Some(Ok(false)) => {}
+                Some(Err(e)) => log!("starting a holder scan failed: {e:#}"),
+                // A fixture root, or no result yet: scan here.
+                None => {
+                    let found = scan(enforcer, procfs, owners);
+                    self.last = Some((Instant::now(), found));
+                }
+            }
+        }
+        match &self.last {
+            Some((t, h)) => (h.clone(), Instant::now().duration_since(*t)),
+            None => (Vec::new(), Duration::ZERO),
+        }
+    }
+
+    /// The running scan has finished (its fd is readable): keep its result,
+    /// stamped now.
+    pub fn finish(&mut self, enforcer: &mut Enforcer, procfs: &Path) {
+        let Some(r) = enforcer.holder_scan_take() else {
+            return;
+        };
+        let owners = self.running.take().unwrap_or_default();
+        match r {
+            Ok(found) => self.last = Some((Instant::now(), resolve(found, procfs, &owners))),
+            Err(e) => log!("the holder scan failed: {e:#}"),
+        }
+    }
+}
 
 /// The plan for `choice`, with the split-session rule: a GPU that `choice`
 /// would newly block (not in `blocked` now) and whose primary node a
@@ -44,6 +200,8 @@ pub fn plan(
                 .map(move |n| (*n, g.id))
         })
         .collect();
+    // Not the kernel's scan of every descriptor: only processes that can
+    // be display servers are looked at (see `procs::display_holders`).
     let held = procs::display_holders(procfs, &primary);
     if held.is_empty() {
         // Discovery never fills `display_holder`: the inventory with no
@@ -68,6 +226,21 @@ pub fn check(
     policy::refuse_skips(plan(inv, procfs, choice, blocked)?)
 }
 
+/// The pids of the display servers a plan skipped GPUs for (its skip
+/// reasons name them `… (pid N) …`): the daemon watches them (pidfds) and
+/// plans again when they exit, instead of waiting for a hardware event.
+pub fn skipped_holder_pids(plan: &Plan) -> Vec<u32> {
+    let mut out: Vec<u32> = plan
+        .skipped
+        .iter()
+        .flat_map(|s| s.reason.split("(pid ").skip(1))
+        .filter_map(|r| r.split(')').next()?.parse().ok())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// A primary node: DRM `cardN` (226, minor < 64 on every kernel gpuctl
 /// supports; render nodes start at 128), or `/dev/nvidiaN` (195, below
 /// `nvidiactl`'s 255), which NVIDIA's Xorg driver holds.
@@ -78,6 +251,26 @@ fn is_primary(n: DevNum) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skipped_holder_pids_are_read_from_the_skips() {
+        let plan = Plan {
+            skipped: vec![
+                policy::Skip {
+                    gpu: 1,
+                    reason: "GPU 1 is held open by the display server gnome-shell (pid 4321)"
+                        .into(),
+                },
+                policy::Skip {
+                    gpu: 2,
+                    reason: "GPU 2 drives a display".into(),
+                },
+            ],
+            ..Plan::default()
+        };
+        assert_eq!(skipped_holder_pids(&plan), vec![4321]);
+        assert!(skipped_holder_pids(&Plan::default()).is_empty());
+    }
 
     #[test]
     fn primary_nodes() {

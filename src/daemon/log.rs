@@ -5,7 +5,9 @@
 /// Writes `gpuctl: <args>\n` with one write(2) (stderr is unbuffered, and
 /// `eprintln!` writes each formatted piece separately).
 pub(crate) fn line(args: std::fmt::Arguments) {
-    let line = format!("gpuctl: {args}\n");
+    // Names and paths in a message are other users' choice: a newline would
+    // forge a line, escape sequences would act on whoever reads the journal.
+    let line = format!("gpuctl: {}\n", crate::text::human(&args.to_string()));
     let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
 }
 

@@ -46,7 +46,6 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 
 use crate::gpu::Roots;
-use crate::procs;
 use log::log;
 
 /// Marks a start-up failure that a restart cannot fix (this kernel cannot
@@ -116,8 +115,8 @@ struct Daemon {
     started: Instant,
     /// When the inventory was last re-read for a read request.
     refreshed: Option<Instant>,
-    /// The last `who` scan (every holder of every GPU) and when it ran.
-    who_cache: Option<(Instant, Vec<procs::Holder>)>,
+    /// The `who` scans (the last result, when it ended, who asked).
+    who_scans: holders::Scans,
     /// The single-instance lock (flock on the state directory).
     _lock: OwnedFd,
 }

@@ -19,7 +19,6 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -399,11 +398,18 @@ fn bind_socket(path: &Path) -> Result<UnixListener> {
             return Err(e).with_context(|| format!("removing stale socket {}", path.display()))
         }
     }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("listening on {}", path.display()))?;
+    // The socket gets its mode 0666 from the umask at bind(2), not from a
+    // chmod of the path afterwards, which would follow whatever the path
+    // names by then (issue 18).
+    // SAFETY: umask has no preconditions. It is process-wide: set and
+    // restored around the bind only; the daemon's other thread (the holder
+    // scan) creates no files.
+    let old = unsafe { libc::umask(0o111) };
+    let bound = UnixListener::bind(path);
+    // SAFETY: as above, restoring the previous mask.
+    unsafe { libc::umask(old) };
+    let listener = bound.with_context(|| format!("listening on {}", path.display()))?;
     listener.set_nonblocking(true)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .with_context(|| format!("setting the mode of {}", path.display()))?;
     Ok(listener)
 }
 

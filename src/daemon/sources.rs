@@ -43,6 +43,10 @@ enum Src {
     Power,
     /// The enforcer's deny events (only while someone subscribes).
     Denials,
+    /// The holder scan's thread has a result.
+    Scan,
+    /// A display server the plan skipped a GPU for has exited.
+    HolderGone(usize),
     /// An accepted client, by its index in `server.conns`.
     Conn(usize),
     /// The listening socket.
@@ -124,6 +128,15 @@ fn wait(
     if let Some(fd) = d.core.enforcer.events_fd() {
         set.push((Src::Denials, input(fd)));
     }
+    if let Some(fd) = d.core.enforcer.holder_scan_fd() {
+        set.push((Src::Scan, input(fd)));
+    }
+    set.extend(
+        d.core
+            .holder_fds()
+            .enumerate()
+            .map(|(i, fd)| (Src::HolderGone(i), input(fd))),
+    );
     let conns = server.conns.iter().enumerate();
     set.extend(conns.map(|(i, c)| (Src::Conn(i), c.poll_fd())));
     set.push((Src::Listener, server.listener_fd()));
@@ -241,6 +254,18 @@ fn on_ready(
         Src::Clock => d.auto.on_clock(t.now),
         Src::Power => send_wakes(d, server),
         Src::Denials => send_denials(d, server),
+        // The watch list is rebuilt by the re-plan: later indexes of this
+        // turn are stale, and `holder_gone` on an empty list is harmless.
+        Src::HolderGone(_) => {
+            if d.core.holder_fds().next().is_some() {
+                log!("a display server that held a GPU exited; planning again");
+                d.core.holder_gone();
+            }
+        }
+        Src::Scan => {
+            let core = &mut d.core;
+            d.who_scans.finish(&mut core.enforcer, &core.roots.procfs);
+        }
         // Existing clients' indexes match the set: new ones are accepted
         // after serving.
         Src::Conn(i) => server.io(i, revents),

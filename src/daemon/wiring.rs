@@ -82,7 +82,7 @@ impl Daemon {
             run_root: opts.run_root.clone(),
             started: Instant::now(),
             refreshed: None,
-            who_cache: None,
+            who_scans: super::holders::Scans::default(),
             _lock: lock,
         })
     }

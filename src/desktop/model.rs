@@ -269,7 +269,8 @@ impl State {
         let look = self.look();
         to_value(&Waybar {
             text: self.text(),
-            tooltip: format!("{}\n{}", self.title(), self.tooltip()),
+            // Waybar renders the tooltip as Pango markup.
+            tooltip: crate::text::markup(&format!("{}\n{}", self.title(), self.tooltip())),
             class: [look.name(), self.mode().unwrap_or("down")],
             alt: look.name(),
         })
@@ -673,6 +674,25 @@ mod tests {
         s.set_status(status("integrated", true, "active"), t);
         assert_eq!(s.look(), Look::Awake);
         assert_eq!(s.text(), "integrated · dGPU awake");
+    }
+
+    /// Issue 18, F4: a holder's name another user chose is markup-escaped
+    /// in waybar's (Pango) tooltip; the JSON line keeps it exact.
+    #[test]
+    fn waybar_tooltip_escapes_markup_in_names() {
+        let mut s = State::default();
+        s.set_status(status("hybrid", false, "suspended"), SystemTime::now());
+        s.holders = vec![serde_json::from_value(
+            json!({"gpu": 1, "pid": 42, "comm": "<b>x</b>&\u{1b}", "path": "/dev/dri/card1", "node": "226:1", "uid": 1000}),
+        )
+        .unwrap()];
+        let tip = s.waybar()["tooltip"].as_str().unwrap().to_string();
+        assert!(
+            tip.contains("held by &lt;b&gt;x&lt;/b&gt;&amp;\\x1b (42)"),
+            "{tip}"
+        );
+        assert!(!tip.contains("<b>") && !tip.contains('\u{1b}'), "{tip}");
+        assert!(s.json().to_string().contains("<b>x</b>&"));
     }
 
     #[test]

@@ -121,6 +121,9 @@ impl<S: FnMut(u32, &str, &str) -> Option<u32>> Notifier<S> {
         l.held = 0;
         l.last = Some(now);
         let replaces = l.id;
+        // Servers render the body as markup (`<b>`, `<a href>`, `<img>`);
+        // the summary is plain text, shown on one line.
+        let (summary, body) = (crate::text::human(&summary), crate::text::markup(&body));
         if let Some(id) = (self.sink)(replaces, &summary, &body) {
             if let Some(l) = self.kinds.get_mut(&k) {
                 l.id = id;

@@ -27,7 +27,8 @@ fn shown(state: &State) -> Shown {
         .into(),
         pixmaps: icon::pixmaps(look, state.mode()),
         tip_title: state.title(),
-        tip_body: state.tooltip(),
+        // The StatusNotifierItem tooltip body may be rendered as markup.
+        tip_body: crate::text::markup(&state.tooltip()),
         menu: state.menu(),
         revision: 0,
     }

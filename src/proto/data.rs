@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
-use super::redact::{each, public, withhold, Redact, Viewer, Withheld};
+use super::redact::{each, note_for, public, withhold, Redact, Viewer, Withheld};
 use crate::automation::{DisplayRule, Power, Target};
 use crate::bpf::{Backend, GrantHow};
 use crate::gpu::{DevNum, Gpu, PciAddr};
@@ -502,6 +502,10 @@ pub struct WhoData {
     pub holders: Vec<Holder>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hidden: Option<u64>,
+    /// How old the scan is, in milliseconds since it ended (one scan serves
+    /// every client for a while; issue 18). Absent without a daemon.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub age_ms: Option<u64>,
 }
 
 /// `grant` (`gpuctl run`).
@@ -740,7 +744,10 @@ public!(
     }
 );
 public!(PingData, ["pid", "version"]);
-public!(ModeData, ["mode", "force", "blocked", "note"]);
+public!(ModeData, ["mode", "force", "blocked", "note"], |m, v| {
+    m.note = note_for(m.note, v);
+    m
+});
 public!(ListData, ["schema", "mode", "backend", "gpus"], |l, v| {
     l.gpus = each(l.gpus, v);
     l
@@ -803,6 +810,7 @@ public!(
         "power_monitor",
     ],
     |s, v| {
+        s.note = note_for(s.note, v);
         let (grants, hidden) = withhold(s.grants, v);
         s.grants = grants;
         s.grants_hidden += hidden;
@@ -895,7 +903,7 @@ public!(
     ]
 );
 public!(AutoRules, ["on_battery", "on_ac", "external_display"]);
-public!(WhoData, ["holders", "hidden"], |w, v| {
+public!(WhoData, ["holders", "hidden", "age_ms"], |w, v| {
     let (holders, hidden) = withhold(w.holders, v);
     w.holders = holders;
     w.hidden = w.hidden.map(|h| h + hidden);

@@ -97,6 +97,33 @@ pub fn each<T: Redact>(items: Vec<T>, viewer: Viewer) -> Vec<T> {
     items.into_iter().map(|i| i.for_viewer(viewer)).collect()
 }
 
+/// A `note` (why a mode is not fully in force) as `viewer` may see it: it
+/// may name a display server with its pid (`gnome-shell (pid 4321)`), which
+/// is another user's process; a plain user gets the name without the pid
+/// (issue 18).
+pub fn note_for(note: Option<String>, viewer: Viewer) -> Option<String> {
+    if viewer.sees(None) {
+        return note;
+    }
+    note.map(|n| {
+        let mut out = String::with_capacity(n.len());
+        let mut rest = n.as_str();
+        while let Some(i) = rest.find(" (pid ") {
+            let after = &rest[i + 6..];
+            let digits = after.bytes().take_while(u8::is_ascii_digit).count();
+            out.push_str(&rest[..i]);
+            if digits > 0 && after[digits..].starts_with(')') {
+                rest = &after[digits + 1..];
+            } else {
+                out.push_str(" (pid ");
+                rest = after;
+            }
+        }
+        out.push_str(rest);
+        out
+    })
+}
+
 /// A record a stranger does not get at all.
 pub trait Withheld {
     /// The uid the record belongs to (`None`: nobody's in particular).
@@ -129,6 +156,20 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
+
+    #[test]
+    fn a_note_loses_its_pids_for_a_plain_user() {
+        let n = Some(
+            "GPU 1: held open by the display server gnome-shell (pid 4321); GPU 2 (pid x)"
+                .to_string(),
+        );
+        assert_eq!(note_for(n.clone(), Viewer::ALL), n);
+        assert_eq!(
+            note_for(n, Viewer::user(1000)).as_deref(),
+            Some("GPU 1: held open by the display server gnome-shell; GPU 2 (pid x)")
+        );
+        assert_eq!(note_for(None, Viewer::user(1000)), None);
+    }
     use crate::proto::data::{Role, TopWaker, Wake};
     use crate::proto::event::{
         Blocked, Denied, Event, GrantEvent, ModeEvent, PowerEvent, SleepEvent,

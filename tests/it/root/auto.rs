@@ -259,6 +259,8 @@ fn fake_holder(env: &Env, pid: u32, comm: &str, node: &DevNode) {
     let d = env.machine.procfs().join(pid.to_string());
     std::fs::create_dir_all(d.join("fd")).unwrap();
     std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+    // A display server runs a root-owned executable (issue 18).
+    std::os::unix::fs::symlink("/bin/sh", d.join("exe")).unwrap();
     std::os::unix::fs::symlink(&node.0, d.join("fd/12")).unwrap();
 }
 
@@ -415,4 +417,68 @@ POWER_SUPPLY_NAME=AC\0POWER_SUPPLY_ONLINE=0\0SEQNUM=1\0";
     let log = env.stop();
     assert!(log.contains("uevent(s) not sent by the kernel"), "{log}");
     assert!(!log.contains("auto: mode integrated"), "{log}");
+}
+
+/// Issue 18, F2: automation skipped the dGPU because a display server held
+/// its card; when that process exits the daemon plans again at once (a
+/// pidfd in its poll set) and blocks it. Before, the skip lasted until the
+/// next hardware event or request that re-planned.
+#[test]
+#[ignore = "root"]
+fn a_skip_for_a_display_server_ends_when_it_exits() {
+    root_test!();
+    let mut env = laptop(false, RULES);
+    let card = DevNode::new("gone", DGPU_CARD.0, DGPU_CARD.1);
+    // A real process stands behind the fixture's holder, so its exit is real.
+    let mut server = std::process::Command::new("/bin/sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let pid = server.id();
+    fake_holder(&env, pid, "gnome-shell", &card);
+    env.start();
+    assert_eq!(mode(&env), "integrated");
+    assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), ENXIO, "skipped");
+    // The process exits (and leaves the fixture's procfs with it).
+    std::fs::remove_dir_all(env.machine.procfs().join(pid.to_string())).unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while env.open_errno(DGPU_CARD.0, DGPU_CARD.1) != EPERM {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dGPU stayed unblocked after its holder exited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let log = env.stop();
+    assert!(
+        log.contains("a display server that held a GPU exited"),
+        "{log}"
+    );
+}
+
+/// Issue 18, F6: the note naming the display server automation skipped a
+/// GPU for shows its pid to root and the group only; a plain user gets the
+/// name (before, everyone got `gnome-shell (pid 4321)`).
+#[test]
+#[ignore = "root"]
+fn a_plain_user_does_not_see_the_display_servers_pid_in_the_note() {
+    root_test!();
+    let mut env = laptop(false, RULES);
+    let card = DevNode::new("note", DGPU_CARD.0, DGPU_CARD.1);
+    fake_holder(&env, 4322, "gnome-shell", &card);
+    env.start();
+    let root_view = env.json(&["status"]);
+    let note = root_view["note"].as_str().unwrap_or_default().to_string();
+    assert!(note.contains("gnome-shell (pid 4322)"), "{root_view}");
+    let out = env.gpuctl_as(Some(60001), &["status", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let theirs = v["note"].as_str().unwrap_or_default();
+    assert!(
+        theirs.contains("gnome-shell") && !theirs.contains("4322"),
+        "{v}"
+    );
+    env.stop();
 }

@@ -381,7 +381,10 @@ fn grants_survive_a_restart_and_dead_ones_do_not_come_back() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let log = env.stop();
-    assert!(log.contains("saved "), "{log}");
+    let saved: usize = log
+        .lines()
+        .find_map(|l| l.split("saved ").nth(1)?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no `saved N grant(s)` line: {log}"));
     // b dies while no daemon runs: its grant must not come back.
     let b_pid = b.id();
     let _ = b.kill();
@@ -395,7 +398,10 @@ fn grants_survive_a_restart_and_dead_ones_do_not_come_back() {
     assert_eq!(open_errno_of(a), ENXIO);
     // A plain process is still denied.
     assert_eq!(env.open_errno(226, 0), EPERM);
-    env.stop();
+    // The restore line counts what was saved (issue 18: it said "of M
+    // saved" with M the grants restorable, gap children included).
+    let log = env.stop();
+    assert!(log.contains(&format!(" of {saved} saved,")), "{log}");
 }
 
 #[test]
@@ -560,4 +566,410 @@ fn the_watchdog_is_fed_when_systemd_asks() {
     let n = rx.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"WATCHDOG=1");
     env.stop();
+}
+
+/// Starts `sleep 60` as `uid` holding `n` O_PATH descriptors of /dev/null
+/// (opened before dropping root, past the test's descriptor limit).
+fn spawn_with_o_path_fds(uid: u32, n: u32) -> Child {
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("60");
+    let null = CString::new("/dev/null").unwrap();
+    // SAFETY: setrlimit, open and the credential calls are async-signal-safe;
+    // `null` was made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Room for the descriptors the (parallel) test process has open
+            // at the fork, too.
+            let lim = libc::rlimit {
+                rlim_cur: u64::from(n) + 1024,
+                rlim_max: u64::from(n) + 1024,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            for _ in 0..n {
+                if libc::open(null.as_ptr(), libc::O_PATH) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setgid(uid) != 0
+                || libc::setuid(uid) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Issue 18, F1: an unprivileged user's processes with many O_PATH
+/// descriptors of /dev/null, and 8 of their connections asking `who` without
+/// pause, must not make root wait: the holders are found in the kernel, one
+/// scan serves everyone for a while and each uid starts one at most every
+/// 2 s. Before, every `who` walked every descriptor in userspace (readlink
+/// and stat each), stamped its result when it started, and root's `get`
+/// waited behind them (seconds here; 22 s at 320 000 descriptors).
+#[test]
+#[ignore = "root"]
+fn many_o_path_descriptors_do_not_stall_root_or_the_watchdog() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    // The real /proc: the kernel scan serves it (a fixture root is walked).
+    env.extra_env = vec![
+        ("GPUCTL_PROCFS_ROOT".into(), "/proc".into()),
+        ("WATCHDOG_USEC".into(), "2000000".into()),
+    ];
+    env.start();
+    let rx = env.notify_rx.take().expect("notify socket kept");
+    let mut hogs: Vec<Child> = (0..16)
+        .map(|_| spawn_with_o_path_fds(ATTACKER, 10_000))
+        .collect();
+    // Each hog holds its descriptors once it sleeps (its fd table is full).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for h in &hogs {
+        let dir = format!("/proc/{}/fd", h.id());
+        while std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0) < 10_000 {
+            assert!(
+                Instant::now() < deadline,
+                "hog {} never opened its descriptors",
+                h.id()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let askers: Vec<_> = (0..8)
+        .map(|_| {
+            let (mut s, _) = connect_then_exit(&env.socket(), ATTACKER);
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let v = send(&mut s, r#"{"type":"who"}"#);
+                    assert_eq!(v["ok"], true, "{v}");
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut root = env.connect();
+    let mut took = Vec::new();
+    let t_end = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < t_end {
+        let t0 = Instant::now();
+        let v = send(&mut root, r#"{"type":"get"}"#);
+        assert_eq!(v["ok"], true, "{v}");
+        took.push(t0.elapsed());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    took.sort();
+    let (median, worst) = (took[took.len() / 2], took[took.len() - 1]);
+    // The watchdog pings every WATCHDOG_USEC/2 (1 s): none may be late.
+    let mut buf = [0u8; 64];
+    rx.set_nonblocking(true).unwrap();
+    while rx.recv(&mut buf).is_ok() {}
+    rx.set_nonblocking(false).unwrap();
+    rx.set_read_timeout(Some(Duration::from_millis(1500)))
+        .unwrap();
+    let mut pings = 0;
+    for _ in 0..2 {
+        let n = rx
+            .recv(&mut buf)
+            .expect("a watchdog ping within 1.5 s during the attack");
+        assert_eq!(&buf[..n], b"WATCHDOG=1");
+        pings += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let answered: u32 = askers.into_iter().map(|a| a.join().unwrap()).sum();
+    for h in &mut hogs {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    assert!(answered > 0 && pings == 2);
+    // The median meets the 100 ms target; the worst is bounded loosely, as
+    // the parallel suite on a loaded machine can delay any one request.
+    assert!(
+        median < Duration::from_millis(100) && worst < Duration::from_secs(1),
+        "root's get took {median:?} (median), up to {worst:?}, during the attack"
+    );
+    env.stop();
+}
+
+/// Starts `sleep 60` (as root) holding `path` open with `flags`.
+fn spawn_holding(path: &str, flags: i32) -> Child {
+    let c = CString::new(path).unwrap();
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("60");
+    // SAFETY: open(2) is async-signal-safe; `c` was made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::open(c.as_ptr(), flags) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
+}
+
+/// Issue 18, F1/F2: the kernel's holder scan on the real /proc finds a
+/// process with a GPU node open for reading and writing, and does not count
+/// one holding it by an O_PATH descriptor (no permission needed, wakes
+/// nothing: before, such a descriptor made a holder, and a process named
+/// like a display server vetoed blocks with one). The NVIDIA GPU's audio
+/// function gets an ALSA node with /dev/full's number, so a real process can
+/// hold a node the GPU owns.
+#[test]
+#[ignore = "root"]
+fn who_counts_read_write_holders_not_o_path_ones() {
+    root_test!();
+    let m = machine("intel_nvidia");
+    let audio = std::fs::read_dir(m.sysfs().join("bus/pci/devices"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name() == "0000:01:00.1")
+        .expect("the fixture's NVIDIA audio function")
+        .path();
+    let ctl = audio.join("sound/card9/controlC9");
+    std::fs::create_dir_all(&ctl).unwrap();
+    std::fs::write(ctl.join("dev"), "1:7\n").unwrap();
+    let mut env = Env::new(m);
+    env.extra_env = vec![("GPUCTL_PROCFS_ROOT".into(), "/proc".into())];
+    env.start();
+    let mut rw = spawn_holding("/dev/full", libc::O_RDWR);
+    let mut path_only = spawn_holding("/dev/full", libc::O_PATH);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let holders = loop {
+        // Past the shared window, so the scan is new.
+        std::thread::sleep(Duration::from_millis(300));
+        let v = env.json(&["who"]);
+        let h = v["holders"].as_array().unwrap().clone();
+        if h.iter().any(|h| h["pid"] == rw.id()) || Instant::now() > deadline {
+            break (h, v["age_ms"].clone());
+        }
+    };
+    let (holders, age) = holders;
+    let _ = rw.kill();
+    let _ = path_only.kill();
+    let _ = rw.wait();
+    let _ = path_only.wait();
+    let mine: Vec<_> = holders
+        .iter()
+        .filter(|h| h["pid"] == rw.id() || h["pid"] == path_only.id())
+        .collect();
+    assert_eq!(mine.len(), 1, "{holders:?}");
+    assert_eq!(mine[0]["pid"], rw.id());
+    assert_eq!(mine[0]["gpu"], 1);
+    assert_eq!(mine[0]["node"], "1:7");
+    assert_eq!(mine[0]["path"], "/dev/full");
+    assert_eq!(mine[0]["comm"], "sleep");
+    assert_eq!(mine[0]["uid"], 0);
+    assert!(age.as_u64().is_some_and(|a| a < 250), "age_ms {age}");
+    env.stop();
+}
+
+/// Issue 18, F2: processes named like a display server holding the dGPU's
+/// card node by an O_PATH descriptor (no permission needed, wakes nothing)
+/// do not veto a block: one run by a plain user (not the owner of a
+/// graphical session), and one run by root (O_PATH is no holder). Before,
+/// either made `set integrated` refuse without `--force`.
+#[test]
+#[ignore = "root"]
+fn a_fake_display_server_does_not_veto_a_block() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.extra_env = vec![("GPUCTL_PROCFS_ROOT".into(), "/proc".into())];
+    env.start();
+    let tag = std::process::id();
+    let node = format!("/dev/shm/gpuctl-fakexorg-{tag}");
+    let _ = std::fs::remove_file(&node);
+    let c = CString::new(node.as_str()).unwrap();
+    // SAFETY: valid path; plain mknod(2) of the NVIDIA card's number.
+    let r = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(226, 0)) };
+    assert_eq!(r, 0);
+    let dir = std::env::temp_dir().join(format!("gpuctl-fakexorg-{tag}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let xorg = dir.join("Xorg");
+    let _ = std::fs::remove_file(&xorg);
+    std::os::unix::fs::symlink("/bin/sleep", &xorg).unwrap();
+    let spawn = |uid: u32| {
+        let c = CString::new(node.as_str()).unwrap();
+        let mut cmd = Command::new(&xorg);
+        cmd.arg("60");
+        // SAFETY: open(2) and the credential calls are async-signal-safe.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::open(c.as_ptr(), libc::O_PATH) < 0
+                    || (uid != 0
+                        && (libc::setgroups(0, std::ptr::null()) != 0
+                            || libc::setgid(uid) != 0
+                            || libc::setuid(uid) != 0))
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.spawn().unwrap()
+    };
+    let mut fakes = [spawn(ATTACKER), spawn(0)];
+    // Both run, named Xorg, holding the node.
+    for f in &fakes {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{}/comm", f.id())).unwrap_or_default()
+            != "Xorg\n"
+        {
+            assert!(
+                Instant::now() < deadline,
+                "fake Xorg {} not running",
+                f.id()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let out = env.gpuctl(&["set", "integrated"]);
+    for f in &mut fakes {
+        let _ = f.kill();
+        let _ = f.wait();
+    }
+    std::fs::remove_file(&node).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(
+        out.status.success(),
+        "a fake Xorg vetoed the block: {}",
+        describe(&out)
+    );
+    assert_eq!(env.json(&["status"])["mode"], "integrated");
+    assert_eq!(env.open_errno(226, 0), EPERM);
+    env.stop();
+}
+
+/// Issue 18, F4: a process named with a terminal escape sequence holding a
+/// GPU node: root's `who` table shows the sequence escaped (before, it
+/// reached the terminal as is and retitled it), the JSON keeps the exact
+/// name.
+#[test]
+#[ignore = "root"]
+fn a_hostile_process_name_reaches_the_terminal_escaped() {
+    root_test!();
+    let m = machine("intel_nvidia");
+    let audio = std::fs::read_dir(m.sysfs().join("bus/pci/devices"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name() == "0000:01:00.1")
+        .expect("the fixture's NVIDIA audio function")
+        .path();
+    let ctl = audio.join("sound/card9/controlC9");
+    std::fs::create_dir_all(&ctl).unwrap();
+    std::fs::write(ctl.join("dev"), "1:7\n").unwrap();
+    let mut env = Env::new(m);
+    env.extra_env = vec![("GPUCTL_PROCFS_ROOT".into(), "/proc".into())];
+    env.start();
+    let name = "ev\x1b]0;pwned\x07";
+    let dir = env.dir.join("names");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    std::os::unix::fs::symlink("/bin/sleep", &exe).unwrap();
+    let full = CString::new("/dev/full").unwrap();
+    let mut cmd = Command::new(&exe);
+    cmd.arg("60");
+    // SAFETY: open(2) is async-signal-safe; `full` was made before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::open(full.as_ptr(), libc::O_RDWR) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut holder = cmd.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let json = loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let v = env.json(&["who"]);
+        if v["holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h["pid"] == holder.id())
+            || Instant::now() > deadline
+        {
+            break v;
+        }
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let table = env.gpuctl(&["who"]);
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let h = json["holders"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["pid"] == holder.id())
+        .cloned()
+        .unwrap_or_else(|| panic!("holder not found: {json}"));
+    assert_eq!(h["comm"], name, "the JSON keeps the exact name");
+    let out = String::from_utf8_lossy(&table.stdout);
+    assert!(table.status.success(), "{}", describe(&table));
+    assert!(!out.contains('\x1b') && !out.contains('\x07'), "{out:?}");
+    assert!(out.contains("ev\\x1b]0;pwned\\x07"), "{out:?}");
+    env.stop();
+}
+
+/// Issue 18, F6: the socket gets its mode (0666) at bind from the umask;
+/// the daemon never chmods it by path (a chmod after bind follows whatever
+/// the path names by then). Checked with strace on a daemon's start.
+#[test]
+#[ignore = "root"]
+fn the_socket_mode_is_set_at_bind_not_by_chmod() {
+    root_test!();
+    let env = Env::new(machine("intel_nvidia"));
+    let trace = env.dir.join("strace.log");
+    let mut daemon = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=chmod,fchmodat,fchmod", "-o"])
+        .arg(&trace)
+        .arg(BIN)
+        .args(["daemon", "--cgroup"])
+        .arg(&env.cgroup)
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
+        .env("GPUCTL_STATE_DIR", env.state_dir())
+        .env("GPUCTL_CONFIG", env.dir.join("gpuctl.toml"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.dir.join("daemon.log")).unwrap())
+        .spawn()
+        .expect("strace (make deps installs it)");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while UnixStream::connect(env.socket()).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not listen: {}",
+            std::fs::read_to_string(env.dir.join("daemon.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(env.socket()).unwrap().permissions(),
+    );
+    // Stop the daemon itself (strace's child; strace exits with it).
+    let mut s = UnixStream::connect(env.socket()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let pid = send(&mut s, r#"{"type":"ping"}"#)["data"]["pid"]
+        .as_i64()
+        .expect("the daemon's pid");
+    // SAFETY: plain kill(2) of the daemon this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    let log = std::fs::read_to_string(&trace).unwrap();
+    assert_eq!(mode & 0o777, 0o666, "socket mode {mode:o}");
+    let sock = env.socket().to_string_lossy().into_owned();
+    assert!(
+        !log.lines().any(|l| l.contains(&sock)),
+        "the socket was chmod'ed by path: {log}"
+    );
 }
