@@ -173,7 +173,7 @@ lint:
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) clippy --locked --bins --no-default-features --features static -- -D warnings
 	$(CLANG_FORMAT) --dry-run --Werror bpf/*.c bpf/*.h bench/*.c tests/vm/*.c
-	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh) packaging/*.sh \
+	shellcheck -x .ci/run tests/*.sh tests/vm/*.sh $(wildcard bench/*.sh bench/*/*.sh) packaging/*.sh \
 		$(wildcard tests/distro/*.sh tests/distro/guest/*)
 
 fmt:
