@@ -247,6 +247,61 @@ fn a_running_switcheroo_control_keeps_the_name() {
     assert_eq!(owner(&bus), before, "the name stays with its owner");
 }
 
+/// The real switcheroo-control (Debian's daemon, on the same private system
+/// bus) owns the name first: `gpuctl switcheroo` steps aside and the name
+/// stays with it. The stand-in test above covers any owner; this one is the
+/// daemon desktops actually run.
+#[test]
+#[ignore = "root"]
+fn the_real_switcheroo_control_keeps_the_name() {
+    require_root(module_path!());
+    const REAL: &str = "/usr/libexec/switcheroo-control";
+    if !have("dbus-daemon", module_path!()) || !have("switcherooctl", module_path!()) {
+        return;
+    }
+    assert!(
+        std::path::Path::new(REAL).is_file(),
+        "{REAL} missing although switcherooctl is installed"
+    );
+    let bus = SystemBus::start();
+    let mut real = Command::new(REAL)
+        .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_owned(&bus);
+    let before = owner(&bus);
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let mut svc = Service::start(&env, &bus);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = svc.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "gpuctl switcheroo kept running beside switcheroo-control"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "it steps aside, successfully: {status:?}");
+    let log = svc.stop();
+    assert!(log.contains("leaving it be"), "{log}");
+    assert_eq!(
+        owner(&bus),
+        before,
+        "the name stays with switcheroo-control"
+    );
+    assert!(
+        real.try_wait().unwrap().is_none(),
+        "switcheroo-control is still running"
+    );
+    let _ = real.kill();
+    let _ = real.wait();
+}
+
 /// The policy: only root may own the name; a plain user is refused.
 #[test]
 #[ignore = "root"]
