@@ -86,6 +86,26 @@ fn launch_open(bus: &SystemBus, env: &Env, node: &str) -> i32 {
     }
 }
 
+/// Starts `gpuctl switcheroo` while someone else owns the name: it must
+/// exit 0 within 15 s, saying it leaves the name be.
+fn steps_aside(env: &Env, bus: &SystemBus) {
+    let mut svc = Service::start(env, bus);
+    let t = Instant::now();
+    let status = loop {
+        if let Some(s) = svc.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(15),
+            "gpuctl switcheroo kept running beside the name's owner"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "it steps aside, successfully: {status:?}");
+    let log = svc.stop();
+    assert!(log.contains("leaving it be"), "{log}");
+}
+
 fn list(bus: &SystemBus) -> String {
     let out = switcherooctl(bus, &["list"], None);
     assert!(out.status.success(), "{}", describe(&out));
@@ -229,21 +249,7 @@ fn a_running_switcheroo_control_keeps_the_name() {
     assert!(before.is_some());
     let mut env = Env::new(machine("intel_nvidia"));
     env.start();
-    let mut svc = Service::start(&env, &bus);
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = svc.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "gpuctl switcheroo kept running"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "it steps aside, successfully: {status:?}");
-    let log = svc.stop();
-    assert!(log.contains("leaving it be"), "{log}");
+    steps_aside(&env, &bus);
     assert_eq!(owner(&bus), before, "the name stays with its owner");
 }
 
@@ -274,21 +280,7 @@ fn the_real_switcheroo_control_keeps_the_name() {
     let before = owner(&bus);
     let mut env = Env::new(machine("intel_nvidia"));
     env.start();
-    let mut svc = Service::start(&env, &bus);
-    let t = Instant::now();
-    let status = loop {
-        if let Some(s) = svc.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(15),
-            "gpuctl switcheroo kept running beside switcheroo-control"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "it steps aside, successfully: {status:?}");
-    let log = svc.stop();
-    assert!(log.contains("leaving it be"), "{log}");
+    steps_aside(&env, &bus);
     assert_eq!(
         owner(&bus),
         before,
