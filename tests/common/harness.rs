@@ -21,6 +21,19 @@ pub const EPERM: i32 = 1;
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
+/// Held by the tests that send machine-wide uevents (every running test
+/// daemon reads them: a PCI uevent costs each one a discovery) and by the
+/// tests that count a daemon's CPU or wake-ups, so that one test's uevent
+/// is never counted as another's daemon doing work per launch. All the
+/// integration tests share one process (tests/it), so a static lock works.
+static MACHINE_EVENTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Takes [`MACHINE_EVENTS`] for the rest of the calling test (a test that
+/// panicked while holding it leaves nothing to repair, so poison is ignored).
+pub fn machine_events() -> std::sync::MutexGuard<'static, ()> {
+    MACHINE_EVENTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Fails the calling test unless it runs as root. Root tests carry
 /// `#[ignore = "root"]`, so an unprivileged `cargo test` reports them as
 /// ignored; one run anyway (`-- --ignored`) without root fails here, loudly,

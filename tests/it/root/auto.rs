@@ -366,6 +366,7 @@ fn external_display_unblocks_tells_the_compositor_and_unplug_restores() {
 #[ignore = "root"]
 fn forged_power_uevents_are_ignored() {
     root_test!();
+    let _quiet = crate::common::harness::machine_events();
     let mut env = laptop(true, RULES);
     env.start();
     assert_eq!(

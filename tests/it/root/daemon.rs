@@ -282,6 +282,7 @@ fn corrupt_state_file_falls_back_to_hybrid() {
 #[ignore = "root"]
 fn uevents_replan_without_a_request() {
     root_test!();
+    let _quiet = crate::common::harness::machine_events();
     let mut env = Env::new(machine("intel_nvidia"));
     env.start();
     ok(&env, &["set", "integrated"]);
@@ -321,6 +322,7 @@ fn uevents_replan_without_a_request() {
 #[ignore = "root"]
 fn unrelated_uevents_do_not_wake_the_daemon() {
     root_test!();
+    let _quiet = crate::common::harness::machine_events();
     let mut env = Env::new(machine("intel_nvidia"));
     env.start();
     ok(&env, &["set", "integrated"]);

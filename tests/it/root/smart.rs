@@ -321,6 +321,7 @@ fn events_stream_denials() {
 #[ignore = "root"]
 fn daemon_does_no_work_per_launch() {
     root_test!();
+    let _quiet = crate::common::harness::machine_events();
     let env = smart_env();
     let pid = env.daemon.as_ref().unwrap().id();
     let cpu_ns = |pid: u32| -> u64 {
