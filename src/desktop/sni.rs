@@ -425,6 +425,7 @@ fn whoami(conn: &zbus::blocking::Connection) -> Me {
 /// leave, one tray per session). Whoever holds or waits for the name is
 /// judged like a caller, except that root's is not this user's tray.
 fn squatted(conn: &zbus::blocking::Connection, me: &Me) -> bool {
+    let mut why = Vec::new();
     let owners: Vec<String> = conn
         .call_method(
             Some("org.freedesktop.DBus"),
@@ -434,8 +435,11 @@ fn squatted(conn: &zbus::blocking::Connection, me: &Me) -> bool {
             &(SINGLE,),
         )
         .and_then(|m| m.body().deserialize::<Vec<String>>())
-        .unwrap_or_default();
-    let mut why = Vec::new();
+        .unwrap_or_else(|e| {
+            // Most likely released between the two calls (NameHasNoOwner).
+            why.push(format!("its holders are unknown: {e}"));
+            Vec::new()
+        });
     for o in &owners {
         match peer::credentials(conn, o).map_err(|e| e.to_string()) {
             Ok(p) => match peer::judge(me, &p, false) {
@@ -444,10 +448,6 @@ fn squatted(conn: &zbus::blocking::Connection, me: &Me) -> bool {
             },
             Err(w) => why.push(format!("{o}: {w}")),
         }
-    }
-    if owners.is_empty() {
-        // Released between the two calls: take it as a tray would.
-        why.push("no owner any more".into());
     }
     eprintln!(
         "gpuctl tray: {SINGLE} is held by something that is not your gpuctl tray ({}); \
