@@ -21,6 +21,8 @@ pub mod notify;
 #[cfg_attr(not(feature = "tray"), allow(dead_code))]
 pub mod offers;
 #[cfg(feature = "tray")]
+pub mod peer;
+#[cfg(feature = "tray")]
 pub mod sni;
 #[cfg(feature = "tray")]
 pub mod switcheroo;

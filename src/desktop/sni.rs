@@ -14,6 +14,7 @@ use zbus::zvariant::{ObjectPath, OwnedObjectPath, OwnedValue, Type, Value};
 
 use super::follow::Msg;
 use super::model::{Action, Item};
+use super::peer::{self, Me};
 
 pub const ITEM_PATH: &str = "/StatusNotifierItem";
 pub const MENU_PATH: &str = "/MenuBar";
@@ -43,6 +44,7 @@ fn lock(s: &Shared) -> std::sync::MutexGuard<'_, Shown> {
 
 struct ItemObj {
     shown: Shared,
+    me: Arc<Me>,
 }
 
 #[zbus::interface(name = "org.kde.StatusNotifierItem")]
@@ -118,11 +120,45 @@ impl ItemObj {
         ObjectPath::from_static_str_unchecked(MENU_PATH).into()
     }
     // A click shows the menu (ItemIsMenu); these exist for hosts that
-    // call them anyway.
-    fn activate(&self, _x: i32, _y: i32) {}
-    fn secondary_activate(&self, _x: i32, _y: i32) {}
-    fn context_menu(&self, _x: i32, _y: i32) {}
-    fn scroll(&self, _delta: i32, _orientation: &str) {}
+    // call them anyway. They do nothing, but are methods that act by their
+    // kind: answered, like the menu's events, only for the tray's user
+    // outside a sandbox (peer.rs).
+    async fn activate(
+        &self,
+        _x: i32,
+        _y: i32,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        peer::check(&self.me, conn, &hdr, "Activate").await
+    }
+    async fn secondary_activate(
+        &self,
+        _x: i32,
+        _y: i32,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        peer::check(&self.me, conn, &hdr, "SecondaryActivate").await
+    }
+    async fn context_menu(
+        &self,
+        _x: i32,
+        _y: i32,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        peer::check(&self.me, conn, &hdr, "ContextMenu").await
+    }
+    async fn scroll(
+        &self,
+        _delta: i32,
+        _orientation: &str,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        peer::check(&self.me, conn, &hdr, "Scroll").await
+    }
 }
 
 /// One dbusmenu node: `(ia{sv}av)`.
@@ -255,6 +291,7 @@ fn layout(n: &Node, depth: i32) -> Layout {
 struct MenuObj {
     shown: Shared,
     tx: Mutex<Sender<Msg>>,
+    me: Arc<Me>,
 }
 
 impl MenuObj {
@@ -314,15 +351,33 @@ impl MenuObj {
             .ok_or_else(|| zbus::fdo::Error::InvalidArgs(format!("no property {name} on {id}")))
     }
 
-    fn event(&self, id: i32, event_id: &str, _data: OwnedValue, _timestamp: u32) {
+    /// A click: acted on only for the tray's user outside a sandbox
+    /// (peer.rs); anyone else gets `AccessDenied` and nothing happens.
+    async fn event(
+        &self,
+        id: i32,
+        event_id: &str,
+        _data: OwnedValue,
+        _timestamp: u32,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<()> {
+        peer::check(&self.me, conn, &hdr, "a menu event").await?;
         self.click(id, event_id);
+        Ok(())
     }
 
-    fn event_group(&self, events: Vec<(i32, String, OwnedValue, u32)>) -> Vec<i32> {
+    async fn event_group(
+        &self,
+        events: Vec<(i32, String, OwnedValue, u32)>,
+        #[zbus(header)] hdr: zbus::message::Header<'_>,
+        #[zbus(connection)] conn: &zbus::Connection,
+    ) -> zbus::fdo::Result<Vec<i32>> {
+        peer::check(&self.me, conn, &hdr, "a menu event group").await?;
         for (id, ev, _, _) in &events {
             self.click(*id, ev);
         }
-        Vec::new()
+        Ok(Vec::new())
     }
 
     fn about_to_show(&self, _id: i32) -> bool {
@@ -351,6 +406,65 @@ impl MenuObj {
     }
 }
 
+/// The tray's own uid and label, as the bus reports them.
+fn whoami(conn: &zbus::blocking::Connection) -> Me {
+    let label = conn
+        .unique_name()
+        .and_then(|n| peer::credentials(conn, n.as_str()).ok())
+        .and_then(|p| p.label);
+    Me {
+        // SAFETY: getuid has no preconditions and cannot fail.
+        uid: unsafe { libc::getuid() },
+        label,
+        proc_root: "/proc".into(),
+    }
+}
+
+/// `org.gpuctl.Tray` is taken: whether by a squatter (`true`: run without
+/// the name, queued for it) rather than a tray of this user (`false`:
+/// leave, one tray per session). Whoever holds or waits for the name is
+/// judged like a caller, except that root's is not this user's tray.
+fn squatted(conn: &zbus::blocking::Connection, me: &Me) -> bool {
+    let mut why = Vec::new();
+    let owners: Vec<String> = conn
+        .call_method(
+            Some("org.freedesktop.DBus"),
+            "/org/freedesktop/DBus",
+            Some("org.freedesktop.DBus"),
+            "ListQueuedOwners",
+            &(SINGLE,),
+        )
+        .and_then(|m| m.body().deserialize::<Vec<String>>())
+        .unwrap_or_else(|e| {
+            // Most likely released between the two calls (NameHasNoOwner).
+            why.push(format!("its holders are unknown: {e}"));
+            Vec::new()
+        });
+    for o in &owners {
+        match peer::credentials(conn, o).map_err(|e| e.to_string()) {
+            Ok(p) => match peer::judge(me, &p, false) {
+                Ok(()) => return false,
+                Err(w) => why.push(format!("{o}: {w}")),
+            },
+            Err(w) => why.push(format!("{o}: {w}")),
+        }
+    }
+    eprintln!(
+        "gpuctl tray: {SINGLE} is held by something that is not your gpuctl tray ({}); \
+         running without it, as the item's own name only, and waiting for it",
+        why.join("; ")
+    );
+    // Queued: the name comes to this tray when the squatter leaves.
+    // No flags (zbus's default is DoNotQueue and more): stay in the queue.
+    // (Two different flags ANDed: the empty set.)
+    let queue =
+        zbus::fdo::RequestNameFlags::DoNotQueue & zbus::fdo::RequestNameFlags::ReplaceExisting;
+    if let Err(e) = conn.request_name_with_flags(SINGLE, queue) {
+        eprintln!("gpuctl tray: queueing for {SINGLE}: {e}");
+    }
+    true
+}
+
 /// The item on the session bus.
 pub struct Tray {
     pub conn: zbus::blocking::Connection,
@@ -369,11 +483,16 @@ impl Tray {
             .method_timeout(std::time::Duration::from_secs(2))
             .build()
             .context("connecting to the D-Bus session bus")?;
+        let me = Arc::new(whoami(&conn));
         // One tray per session (the autostart entry and the user unit may
         // both start one).
         match conn.request_name_with_flags(SINGLE, zbus::fdo::RequestNameFlags::DoNotQueue.into()) {
             Ok(zbus::fdo::RequestNameReply::PrimaryOwner) => {}
-            Ok(_) | Err(zbus::Error::NameTaken) => return Ok(None),
+            Ok(_) | Err(zbus::Error::NameTaken) => {
+                if !squatted(&conn, &me) {
+                    return Ok(None);
+                }
+            }
             Err(e) => {
                 return Err(
                     anyhow::Error::new(e).context("asking the session bus for org.gpuctl.Tray")
@@ -385,6 +504,7 @@ impl Tray {
                 ITEM_PATH,
                 ItemObj {
                     shown: shown.clone(),
+                    me: me.clone(),
                 },
             )
             .context("serving the item")?;
@@ -394,6 +514,7 @@ impl Tray {
                 MenuObj {
                     shown: shown.clone(),
                     tx: Mutex::new(tx),
+                    me,
                 },
             )
             .context("serving the menu")?;

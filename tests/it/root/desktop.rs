@@ -305,3 +305,135 @@ fn grants_are_pushed_with_the_privacy_rule() {
     );
     assert_eq!(g["gpus"], serde_json::json!([1]));
 }
+
+/// Calls the tray's dbusmenu `Event` ("clicked" on `id`) with `dbus-send`,
+/// as `uid` (None: as the test).
+fn dbus_send_click(bus: &Bus, dest: &str, id: i32, uid: Option<u32>) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new("dbus-send");
+    cmd.arg(format!("--bus={}", bus.address))
+        .args(["--print-reply", "--reply-timeout=5000"])
+        .arg(format!("--dest={dest}"))
+        .args(["/MenuBar", "com.canonical.dbusmenu.Event"])
+        .arg(format!("int32:{id}"))
+        .args(["string:clicked", "variant:int32:0", "uint32:0"]);
+    if let Some(u) = uid {
+        cmd.uid(u).gid(u);
+    }
+    cmd.output().expect("running dbus-send")
+}
+
+/// Issue 18, item 5: a session-bus peer that is not the tray's user (here
+/// another uid; a Flatpak or confined peer is refused by the same check,
+/// unit-tested in `desktop::peer`) cannot click the tray's menu; the user's
+/// own click is obeyed.
+#[test]
+#[ignore = "root"]
+fn a_peer_of_another_uid_cannot_click_the_tray_menu() {
+    let name = "a_peer_of_another_uid_cannot_click_the_tray_menu";
+    if !have("dbus-send", name) {
+        return;
+    }
+    let Some(mut r) = start(name, "", None) else {
+        return;
+    };
+    let (_, entries) = menu_entries(&r.menu);
+    let integrated = find(&entries, "Integrated").id;
+    let quit = find(&entries, "Quit").id;
+
+    let out = dbus_send_click(&r._bus, &r.tray.name, integrated, Some(NOBODY));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "nobody's click was answered: {err}");
+    assert!(err.contains("AccessDenied"), "{err}");
+    let out = dbus_send_click(&r._bus, &r.tray.name, quit, Some(NOBODY));
+    assert!(!out.status.success());
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(r.env.json(&["get"])["mode"], "hybrid", "the mode changed");
+    assert!(r.tray.child.try_wait().unwrap().is_none(), "the tray quit");
+    assert_eq!(r.env.open_errno(226, 0), ENXIO, "the dGPU stays usable");
+
+    // The tray's own user (here root, as the tray) is obeyed.
+    let out = dbus_send_click(&r._bus, &r.tray.name, integrated, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("the user's switch", 10, || {
+        (r.env.json(&["get"])["mode"] == "integrated").then_some(())
+    });
+    let log = r.tray.stop();
+    assert!(
+        log.contains("gpuctl tray: refused a menu event from") && log.contains("uid 65534"),
+        "{log}"
+    );
+}
+
+/// Issue 18, item 5: another uid holding `org.gpuctl.Tray` (here a tray of
+/// `nobody`) does not make the user's tray exit: it runs, registers under
+/// its own item name, obeys its user, and takes the name when the squatter
+/// leaves.
+#[test]
+#[ignore = "root"]
+fn a_squatter_of_another_uid_does_not_silence_the_tray() {
+    let name = "a_squatter_of_another_uid_does_not_silence_the_tray";
+    require_root(name);
+    if !have("dbus-daemon", name) {
+        return;
+    }
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let dir = Scratch::new("rootdesktop");
+    set_mode(&dir.0, 0o755);
+    let cfg = dir.0.join("desktop.toml");
+    std::fs::write(&cfg, QUIET).unwrap();
+    let bus = Bus::start();
+    let session = Session::start(&bus);
+    let dbus = zbus::blocking::fdo::DBusProxy::new(&session.conn).unwrap();
+    let owner = |n: &str| {
+        dbus.get_name_owner(n.try_into().unwrap())
+            .ok()
+            .map(|o| o.to_string())
+    };
+    let mut squatter = Tray::start(&bus, &env.socket(), &cfg, Some(NOBODY));
+    let sq = squatter.name.clone();
+    wait_for("the squatter to hold org.gpuctl.Tray", 10, || {
+        (owner("org.gpuctl.Tray").is_some() && owner(&sq).is_some()).then_some(())
+    });
+    assert_eq!(owner("org.gpuctl.Tray"), owner(&sq));
+
+    let mut tray = Tray::start(&bus, &env.socket(), &cfg, None);
+    let tn = tray.name.clone();
+    wait_for(
+        "the tray to register although the name is taken",
+        10,
+        || {
+            if let Some(st) = tray.child.try_wait().unwrap() {
+                panic!("the tray exited ({st:?}): {}", tray.stop());
+            }
+            session.items.lock().unwrap().contains(&tn).then_some(())
+        },
+    );
+    let (item, menu) = session.tray_proxies(&tn);
+    wait_for("the tray to show the daemon's state", 10, || {
+        (item.title().ok()? == "gpuctl: hybrid mode, dGPU asleep").then_some(())
+    });
+    let (_, entries) = menu_entries(&menu);
+    click(&menu, find(&entries, "Integrated").id);
+    wait_for("the user's switch", 10, || {
+        (env.json(&["get"])["mode"] == "integrated").then_some(())
+    });
+
+    // The squatter leaves: the name comes to the user's tray.
+    let _ = squatter.stop();
+    wait_for("the tray to take org.gpuctl.Tray", 10, || {
+        (owner("org.gpuctl.Tray").is_some() && owner("org.gpuctl.Tray") == owner(&tn)).then_some(())
+    });
+    assert!(tray.child.try_wait().unwrap().is_none());
+    let log = tray.stop();
+    assert!(
+        log.contains("org.gpuctl.Tray is held by something that is not your gpuctl tray")
+            && log.contains("uid 65534"),
+        "{log}"
+    );
+}
