@@ -216,6 +216,9 @@ pub enum PowerOffState {
     Refused,
     /// Attempted and stopped: `reason` says at which step.
     Failed,
+    /// Under way: an unbind runs in a helper (at most 5 s); `reason` says
+    /// which (`unbinding PCI from DRIVER`), `unbound` what is done.
+    PoweringOff,
     /// A state this build does not know (a newer daemon's).
     #[serde(other)]
     Unknown,
@@ -865,6 +868,10 @@ impl PowerOffInfo {
             PowerOffState::Failed => format!(
                 "power-off failed: {}",
                 i.reason.as_deref().unwrap_or("(reason withheld)")
+            ),
+            PowerOffState::PoweringOff => format!(
+                "powering off: {}…",
+                i.reason.as_deref().unwrap_or("unbinding the drivers")
             ),
             PowerOffState::Unknown => "in a state this gpuctl does not know".to_string(),
         }
