@@ -89,6 +89,14 @@ pub struct ListGpu {
         skip_serializing_if = "Option::is_none"
     )]
     pub runtime_pm: Option<Option<RuntimePm>>,
+    /// What gpuctl's power-off did to the GPU, as in `status`; absent where
+    /// no daemon answered, `null` when it did nothing.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub power_off: Option<Option<PowerOffInfo>>,
 }
 
 /// `status` (`gpuctl status --json`).
@@ -780,9 +788,11 @@ public!(
         "functions",
         "blocked",
         "runtime_pm",
+        "power_off",
     ],
     |g, v| {
         g.runtime_pm = g.runtime_pm.map(|p| p.map(|p| p.for_viewer(v)));
+        g.power_off = g.power_off.map(|p| p.map(|p| p.for_viewer(v)));
         g
     }
 );

@@ -94,6 +94,20 @@ fn a_hung_unbind_does_not_stall_other_clients() {
         p["reason"].as_str().unwrap().contains("did not return"),
         "{s:#}"
     );
+    // `list` says it too; a stranger gets the state without the reason.
+    let l = env.json(&["list"]);
+    assert_eq!(l["gpus"][1]["power_off"]["state"], "failed", "{l:#}");
+    assert_eq!(l["gpus"][1]["power_off"]["reason"], p["reason"], "{l:#}");
+    assert_eq!(l["gpus"][0]["power_off"], serde_json::Value::Null, "{l:#}");
+    let out = env.gpuctl_as(Some(65534), &["list", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(l["gpus"][1]["power_off"]["state"], "failed", "{l:#}");
+    assert_eq!(
+        l["gpus"][1]["power_off"]["reason"],
+        serde_json::Value::Null,
+        "{l:#}"
+    );
     env.stop();
 }
 
@@ -134,6 +148,13 @@ fn integrated_unbinds_a_gpu_that_cannot_sleep_and_hybrid_binds_it_back() {
     let human = String::from_utf8_lossy(&env.gpuctl(&["status"]).stdout).into_owned();
     assert!(
         human.contains("powered off by gpuctl: drivers unbound"),
+        "{human}"
+    );
+    let l = env.json(&["list"]);
+    assert_eq!(l["gpus"][1]["power_off"], *p, "list says it as status does");
+    let human = String::from_utf8_lossy(&env.gpuctl(&["list"]).stdout).into_owned();
+    assert!(
+        human.contains("power-off: GPU 1: powered off by gpuctl: drivers unbound"),
         "{human}"
     );
     kernel_unbinds(&env, "0000:01:00.0");
