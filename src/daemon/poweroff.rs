@@ -622,7 +622,6 @@ impl PowerOff {
     }
 
     /// Whether an unbind is running.
-    #[cfg(test)]
     pub fn in_flight(&self) -> bool {
         self.flight.is_some()
     }
