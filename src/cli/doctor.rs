@@ -336,7 +336,9 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
         let Some(p) = &g.power_off else { continue };
         let level = match (p.state, p.power_state.as_deref()) {
             (PowerOffState::Off, Some("D3cold")) => Level::Ok,
-            (PowerOffState::Off, _) | (PowerOffState::Refused, _) => Level::Info,
+            (PowerOffState::Off, _)
+            | (PowerOffState::Refused, _)
+            | (PowerOffState::PoweringOff, _) => Level::Info,
             _ => Level::Warn,
         };
         r.say(level, &format!("GPU {}: {}", g.id, p.summary()), None);

@@ -462,6 +462,7 @@ fn list(socket: &std::path::Path, roots: &Roots, as_json: bool) -> u8 {
                         .map(|gpu| ListGpu {
                             gpu,
                             runtime_pm: None,
+                            power_off: None,
                         })
                         .collect(),
                 };

@@ -337,6 +337,7 @@ mod tests {
             gpus: vec![ListGpu {
                 gpu: g,
                 runtime_pm: None,
+                power_off: None,
             }],
         };
         let out = list_notes(&d);

@@ -151,6 +151,18 @@ pub fn list(data: &ListData) -> String {
         ],
         &rows,
     ));
+    // What the power-off did, as in `status`.
+    for ListGpu {
+        gpu: g, power_off, ..
+    } in &data.gpus
+    {
+        if let Some(Some(p)) = power_off {
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(&format!("power-off: GPU {}: {}\n", g.id, p.summary()));
+        }
+    }
     out
 }
 

@@ -219,30 +219,107 @@ pub enum Outcome {
     Hung,
 }
 
-/// Writes `value` to `path` in a forked child, waiting at most `deadline`.
-/// The child calls only `open`, `write` and `_exit`.
-pub fn write_with_deadline(path: &Path, value: &str, deadline: Duration) -> Outcome {
-    let Ok(cpath) = CString::new(path.as_os_str().as_bytes()) else {
-        return Outcome::Failed("path has a NUL byte".into());
-    };
-    let bytes = value.as_bytes().to_vec();
-    // SAFETY: the child only calls async-signal-safe functions (open,
-    // write, _exit) on memory prepared before the fork, then exits.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            // SAFETY: cpath is a valid NUL-terminated string; bytes is a
-            // live buffer of bytes.len() bytes; _exit never returns.
-            unsafe {
-                let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    libc::_exit(errno_code());
+/// A driver write running in a forked child: its pid, and its pidfd (the
+/// loop polls it: readable once the child exited), `None` where the kernel
+/// has no `pidfd_open` (before 5.3: the loop looks again on a short timer).
+pub struct Helper {
+    child: nix::unistd::Pid,
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+/// How often a helper without a pidfd is looked at.
+pub const HELPER_POLL: Duration = Duration::from_millis(50);
+
+impl Helper {
+    /// Writes `value` to `path` in a forked child; returns at once. The
+    /// child calls only `open`, `write` and `_exit`.
+    pub fn spawn(path: &Path, value: &str) -> Result<Helper, String> {
+        let cpath = CString::new(path.as_os_str().as_bytes()).map_err(|_| "path has a NUL byte")?;
+        let bytes = value.as_bytes().to_vec();
+        // SAFETY: the child only calls async-signal-safe functions (open,
+        // write, _exit) on memory prepared before the fork, then exits.
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                // SAFETY: cpath is a valid NUL-terminated string; bytes is a
+                // live buffer of bytes.len() bytes; _exit never returns.
+                unsafe {
+                    let fd = libc::open(cpath.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        libc::_exit(errno_code());
+                    }
+                    let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+                    libc::_exit(if n < 0 { errno_code() } else { 0 });
                 }
-                let n = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-                libc::_exit(if n < 0 { errno_code() } else { 0 });
             }
+            Ok(nix::unistd::ForkResult::Parent { child }) => Ok(Helper {
+                child,
+                fd: pidfd_open(child),
+            }),
+            Err(e) => Err(format!("fork: {e}")),
         }
-        Ok(nix::unistd::ForkResult::Parent { child }) => wait_child(child, deadline),
-        Err(e) => Outcome::Failed(format!("fork: {e}")),
+    }
+
+    /// The pidfd, for the poll set.
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.fd.as_ref().map(|f| f.as_fd())
+    }
+
+    /// What the write gave, once the child exited (it is reaped); `None`
+    /// while it runs. Never blocks.
+    pub fn try_outcome(&self) -> Option<Outcome> {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        match waitpid(self.child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, 0)) => Some(Outcome::Done),
+            Ok(WaitStatus::Exited(_, code)) => Some(Outcome::Failed(
+                std::io::Error::from_raw_os_error(code).to_string(),
+            )),
+            Ok(WaitStatus::Signaled(_, sig, _)) => {
+                Some(Outcome::Failed(format!("helper killed by {sig}")))
+            }
+            Ok(_) => None,
+            Err(e) => Some(Outcome::Failed(format!("waitpid: {e}"))),
+        }
+    }
+
+    /// Past its deadline: SIGKILL, and left to the kernel. A child blocked
+    /// in a driver's remove is in uninterruptible sleep (D state): the kill
+    /// lands when (if) the driver returns, so it is never waited on, only
+    /// reaped with `WNOHANG` by [`reap_hung`] once it has gone.
+    pub fn abandon(self) -> Outcome {
+        let _ = nix::sys::signal::kill(self.child, nix::sys::signal::Signal::SIGKILL);
+        HUNG.with(|h| h.borrow_mut().push(self.child));
+        Outcome::Hung
+    }
+}
+
+/// `pidfd_open(2)` (Linux 5.3); `None` where it fails.
+fn pidfd_open(pid: nix::unistd::Pid) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1;
+    // no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    let fd = i32::try_from(fd).ok().filter(|f| *f >= 0)?;
+    // SAFETY: fd was just returned by pidfd_open and is owned by nobody else.
+    Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// Writes `value` to `path` in a forked child, waiting at most `deadline`
+/// (the binds of a restore: the daemon is stopping, or leaving the block).
+pub fn write_with_deadline(path: &Path, value: &str, deadline: Duration) -> Outcome {
+    let h = match Helper::spawn(path, value) {
+        Ok(h) => h,
+        Err(e) => return Outcome::Failed(e),
+    };
+    let end = Instant::now() + deadline;
+    loop {
+        if let Some(o) = h.try_outcome() {
+            return o;
+        }
+        if Instant::now() >= end {
+            return h.abandon();
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -251,32 +328,6 @@ fn errno_code() -> i32 {
         .raw_os_error()
         .unwrap_or(1)
         .clamp(1, 255)
-}
-
-fn wait_child(child: nix::unistd::Pid, deadline: Duration) -> Outcome {
-    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-    let end = Instant::now() + deadline;
-    loop {
-        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, 0)) => return Outcome::Done,
-            Ok(WaitStatus::Exited(_, code)) => {
-                return Outcome::Failed(std::io::Error::from_raw_os_error(code).to_string())
-            }
-            Ok(WaitStatus::Signaled(_, sig, _)) => {
-                return Outcome::Failed(format!("helper killed by {sig}"))
-            }
-            Ok(_) => {}
-            Err(e) => return Outcome::Failed(format!("waitpid: {e}")),
-        }
-        if Instant::now() >= end {
-            // A child blocked in a driver's remove is in uninterruptible
-            // sleep: the kill lands when (if) the driver returns.
-            let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
-            HUNG.with(|h| h.borrow_mut().push(child));
-            return Outcome::Hung;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 thread_local! {
@@ -302,12 +353,33 @@ pub fn reap_hung() -> usize {
 /// Sets the attributes (recording each old value that differs) and unbinds
 /// the drivers, recording each as it goes; `save` is called with the record
 /// before each step, so a crash mid-way leaves what was done on disk.
-/// Stops at the first driver write that fails or hangs.
+/// Stops at the first driver write that fails or hangs. The blocking form
+/// of the component's sequence ([`prepare`], then per function
+/// [`unbind_file`] and [`unbind_done`]), which runs each unbind from the
+/// loop without waiting.
+#[cfg(test)]
 pub fn power_off(
     sysfs: &Path,
     steps: &Steps,
     rec: &mut Record,
     deadline: Duration,
+    save: &mut dyn FnMut(&Record),
+) -> Result<(), String> {
+    prepare(steps, rec, save)?;
+    for u in &steps.unbind {
+        rec.unbound.push(u.clone());
+        save(rec);
+        let o = write_with_deadline(&unbind_file(sysfs, u), &u.pci.to_string(), deadline);
+        unbind_done(rec, u, o, deadline, save)?;
+    }
+    Ok(())
+}
+
+/// The attributes of the path (`power/control`, `d3cold_allowed`), each
+/// old value that differs recorded (and saved) before it is written.
+pub fn prepare(
+    steps: &Steps,
+    rec: &mut Record,
     save: &mut dyn FnMut(&Record),
 ) -> Result<(), String> {
     for (path, value) in &steps.attrs {
@@ -329,34 +401,44 @@ pub fn power_off(
             return Err(format!("writing {value} to {}: {e}", path.display()));
         }
     }
-    for u in &steps.unbind {
-        rec.unbound.push(u.clone());
-        save(rec);
-        let unbind = dev_dir(sysfs, u.pci).join("driver/unbind");
-        let unbind = if unbind.exists() {
-            unbind
-        } else {
-            sysfs.join(format!("bus/pci/drivers/{}/unbind", u.driver))
-        };
-        match write_with_deadline(&unbind, &u.pci.to_string(), deadline) {
-            Outcome::Done => {}
-            Outcome::Failed(e) => {
-                rec.unbound.pop();
-                save(rec);
-                return Err(format!("unbinding {} from {}: {e}", u.pci, u.driver));
-            }
-            Outcome::Hung => {
-                return Err(format!(
-                    "unbinding {} from {} did not return within {} s: the driver hangs in its \
-                     remove; left as it is",
-                    u.pci,
-                    u.driver,
-                    deadline.as_secs()
-                ))
-            }
-        }
-    }
     Ok(())
+}
+
+/// The file an unbind of `u` is written to.
+pub fn unbind_file(sysfs: &Path, u: &Unbound) -> PathBuf {
+    let unbind = dev_dir(sysfs, u.pci).join("driver/unbind");
+    if unbind.exists() {
+        unbind
+    } else {
+        sysfs.join(format!("bus/pci/drivers/{}/unbind", u.driver))
+    }
+}
+
+/// Files what an unbind of `u` (already the last of `rec.unbound`) gave: a
+/// failed one leaves the record; a hung one stays in it (a restore binds
+/// it again).
+pub fn unbind_done(
+    rec: &mut Record,
+    u: &Unbound,
+    o: Outcome,
+    deadline: Duration,
+    save: &mut dyn FnMut(&Record),
+) -> Result<(), String> {
+    match o {
+        Outcome::Done => Ok(()),
+        Outcome::Failed(e) => {
+            rec.unbound.pop();
+            save(rec);
+            Err(format!("unbinding {} from {}: {e}", u.pci, u.driver))
+        }
+        Outcome::Hung => Err(format!(
+            "unbinding {} from {} did not return within {} s: the driver hangs in its \
+             remove; left as it is",
+            u.pci,
+            u.driver,
+            deadline.as_secs()
+        )),
+    }
 }
 
 /// Undoes a record: binds the drivers again (the GPU first: reverse order),
@@ -466,6 +548,20 @@ pub struct PowerOff {
     /// state, the setting): a turn that changed none of it and is not
     /// due does nothing (no holder scan on every request).
     last: Option<SyncKey>,
+    /// The power-off whose unbind runs now (one at a time); its record is
+    /// in `records` (and on disk) from the first step.
+    flight: Option<Flight>,
+}
+
+/// A power-off in progress: the unbind running in a helper, and the rest.
+struct Flight {
+    gpu: Gpu,
+    steps: Steps,
+    /// The index in `steps.unbind` of the unbind running.
+    step: usize,
+    helper: Helper,
+    /// After this, the step counts as hung.
+    until: Instant,
 }
 
 type SyncKey = (
@@ -516,13 +612,28 @@ impl PowerOff {
             recheck: None,
             verifies: BTreeMap::new(),
             last: None,
+            flight: None,
         }
+    }
+
+    /// The running helper's pidfd, for the poll set (`Src::Helper`).
+    pub fn fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.flight.as_ref().and_then(|f| f.helper.fd())
+    }
+
+    /// Whether an unbind is running.
+    pub fn in_flight(&self) -> bool {
+        self.flight.is_some()
     }
 
     /// When [`PowerOff::sync`] is due again (a refusal to retry, a fresh
     /// power-off to verify, a blocked GPU that may be stuck in D0).
     pub fn deadline(&self) -> Option<Instant> {
-        self.recheck
+        let flight = self.flight.as_ref().map(|f| match f.helper.fd() {
+            Some(_) => f.until,
+            None => f.until.min(Instant::now() + HELPER_POLL),
+        });
+        self.recheck.into_iter().chain(flight).min()
     }
 
     /// What was done to a GPU and what it gave (`status`, `list`).
@@ -555,14 +666,14 @@ impl PowerOff {
             i.auto,
             i.disabled,
         );
+        let mut changed = self.advance(i);
         let due = self.recheck.is_some_and(|t| i.now >= t);
         if self.last.as_ref() == Some(&key) && !due {
-            return Vec::new();
+            return changed;
         }
         self.last = Some(key);
         reap_hung();
         self.recheck = None;
-        let mut changed = Vec::new();
         for gpu in &i.inventory.gpus {
             let before = self.info.get(&gpu.pci).cloned();
             self.sync_one(i, gpu);
@@ -576,6 +687,11 @@ impl PowerOff {
     }
 
     fn sync_one(&mut self, i: &Inputs, gpu: &Gpu) {
+        // Its unbind is running: [`PowerOff::advance`] continues it, and
+        // what the block asks is looked at once it is done.
+        if self.flight.as_ref().is_some_and(|f| f.gpu.pci == gpu.pci) {
+            return;
+        }
         let blocked = i.blocked.contains(&gpu.id);
         // Read now, not from the inventory (re-read only on uevents and
         // requests): a GPU that went to sleep since must not count as
@@ -662,31 +778,149 @@ impl PowerOff {
             self.due(i.now + RECHECK);
             return;
         }
+        // Another GPU's unbind is running: this one waits its turn.
+        if self.flight.is_some() {
+            return;
+        }
         let steps = steps(i.sysfs, gpu);
         let mut rec = self.records.remove(&gpu.pci).unwrap_or_default();
         // A redo keeps the first record's old values; only new unbinds add.
         rec.unbound
             .retain(|u| !steps.unbind.iter().any(|s| s.pci == u.pci));
-        let path = self.path.clone();
-        let mut others = self.records.clone();
-        let mut save_rec = |r: &Record| {
-            others.insert(gpu.pci, r.clone());
-            if let Err(e) = save(&path, &others) {
-                log!("saving the power-off record: {e}");
-            }
-        };
-        let result = power_off(i.sysfs, &steps, &mut rec, DRIVER_DEADLINE, &mut save_rec);
+        let prepared = prepare(&steps, &mut rec, &mut |r| self.save_with(gpu.pci, r));
+        self.records.insert(gpu.pci, rec);
         self.verifies.remove(&gpu.pci);
-        for u in &rec.unbound {
-            self.after.insert(u.pci, read_driver(i.sysfs, u.pci));
+        match prepared {
+            Ok(()) => self.start_step(i, gpu.clone(), steps, 0),
+            Err(e) => self.finish(i, gpu, Err(e)),
         }
+    }
+
+    /// Saves the records with `rec` as the GPU's (before each step).
+    fn save_with(&self, pci: PciAddr, rec: &Record) {
+        let mut all = self.records.clone();
+        all.insert(pci, rec.clone());
+        if let Err(e) = save(&self.path, &all) {
+            log!("saving the power-off record: {e}");
+        }
+    }
+
+    /// Starts the unbind `step` of `steps` in a helper (its record saved
+    /// first), or files the outcome when none is left.
+    fn start_step(&mut self, i: &Inputs, gpu: Gpu, steps: Steps, step: usize) {
+        let Some(u) = steps.unbind.get(step).cloned() else {
+            return self.finish(i, &gpu, Ok(()));
+        };
+        let Some(mut rec) = self.records.remove(&gpu.pci) else {
+            return;
+        };
+        // What is done so far (`unbound` while under way).
         let unbound = rec
             .unbound
             .iter()
             .map(|u| format!("{}={}", u.pci, u.driver))
             .collect();
-        let done = describe(&rec);
-        self.records.insert(gpu.pci, rec);
+        rec.unbound.push(u.clone());
+        self.save_with(gpu.pci, &rec);
+        match Helper::spawn(&unbind_file(i.sysfs, &u), &u.pci.to_string()) {
+            Ok(helper) => {
+                self.records.insert(gpu.pci, rec);
+                self.set_info(
+                    &gpu,
+                    PowerOffState::PoweringOff,
+                    Some(format!("unbinding {} from {}", u.pci, u.driver)),
+                    unbound,
+                );
+                self.flight = Some(Flight {
+                    gpu,
+                    steps,
+                    step,
+                    helper,
+                    until: i.now + DRIVER_DEADLINE,
+                });
+            }
+            Err(e) => {
+                let r = unbind_done(
+                    &mut rec,
+                    &u,
+                    Outcome::Failed(e),
+                    DRIVER_DEADLINE,
+                    &mut |r| self.save_with(gpu.pci, r),
+                );
+                self.records.insert(gpu.pci, rec);
+                self.finish(i, &gpu, r);
+            }
+        }
+    }
+
+    /// Continues the power-off in progress: the running unbind returned
+    /// (next step, or the outcome), or is past its deadline (`failed`, the
+    /// helper left to the kernel). Never waits. Returns what changed.
+    fn advance(&mut self, i: &Inputs) -> Vec<(u32, PciAddr, Option<PowerOffInfo>)> {
+        let Some(f) = self.flight.take() else {
+            return Vec::new();
+        };
+        let before = self.info.get(&f.gpu.pci).cloned();
+        let outcome = match f.helper.try_outcome() {
+            Some(o) => o,
+            None if i.now >= f.until => f.helper.abandon(),
+            None => {
+                self.flight = Some(f);
+                return Vec::new();
+            }
+        };
+        let Flight {
+            gpu, steps, step, ..
+        } = f;
+        if let Some(mut rec) = self.records.remove(&gpu.pci) {
+            let u = steps.unbind[step].clone();
+            let r = unbind_done(&mut rec, &u, outcome, DRIVER_DEADLINE, &mut |r| {
+                self.save_with(gpu.pci, r)
+            });
+            self.records.insert(gpu.pci, rec);
+            match r {
+                Ok(()) => self.start_step(i, gpu.clone(), steps, step + 1),
+                Err(e) => self.finish(i, &gpu, Err(e)),
+            }
+        }
+        // Done or not, the next sync looks at every GPU again.
+        self.last = None;
+        let now = self.info.get(&gpu.pci).cloned();
+        if now != before {
+            vec![(gpu.id, gpu.pci, now)]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn unbound_of(&self, pci: PciAddr) -> Vec<String> {
+        self.records
+            .get(&pci)
+            .map(|r| {
+                r.unbound
+                    .iter()
+                    .map(|u| format!("{}={}", u.pci, u.driver))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Files the outcome of a power-off whose record is in `records`.
+    fn finish(&mut self, i: &Inputs, gpu: &Gpu, result: Result<(), String>) {
+        let Some(rec) = self.records.get(&gpu.pci) else {
+            return;
+        };
+        let after: Vec<(PciAddr, Option<String>)> = rec
+            .unbound
+            .iter()
+            .map(|u| (u.pci, read_driver(i.sysfs, u.pci)))
+            .collect();
+        self.after.extend(after);
+        let done = describe(rec);
+        let unbound = self.unbound_of(gpu.pci);
+        if let Err(e) = save(&self.path, &self.records) {
+            log!("saving the power-off record: {e}");
+        }
         match result {
             Ok(()) => {
                 log!(
@@ -744,6 +978,11 @@ impl PowerOff {
 
     /// Daemon stop: every slot bound again, every attribute put back.
     pub fn restore_all(&mut self, sysfs: &Path) {
+        // An unbind still running is left to the kernel (never waited on);
+        // its function is in the record and bound back below.
+        if let Some(f) = self.flight.take() {
+            f.helper.abandon();
+        }
         let recs = std::mem::take(&mut self.records);
         for (gpu, rec) in &recs {
             let errs = restore(sysfs, rec, DRIVER_DEADLINE);
@@ -1068,6 +1307,22 @@ mod tests {
         }
     }
 
+    /// Syncs until no unbind runs (the loop's turns, as its helpers
+    /// exit); the last sync's changes that were not empty.
+    fn settle(po: &mut PowerOff, i: &Inputs) -> Vec<(u32, PciAddr, Option<PowerOffInfo>)> {
+        let mut last = po.sync(i);
+        let end = Instant::now() + Duration::from_secs(5);
+        while po.in_flight() && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+            let c = po.sync(i);
+            if !c.is_empty() {
+                last = c;
+            }
+        }
+        assert!(!po.in_flight(), "the helpers returned");
+        last
+    }
+
     #[test]
     fn the_component_powers_off_refuses_on_a_holder_and_restores() {
         let (root, g) = machine("comp");
@@ -1106,7 +1361,10 @@ mod tests {
 
         // The holder exits: at the recheck the power-off follows.
         std::fs::remove_dir_all(&p).unwrap();
-        let ch = po.sync(&inputs(&root, &procfs, &inv, &blocked, t0 + RECHECK));
+        let ch = settle(
+            &mut po,
+            &inputs(&root, &procfs, &inv, &blocked, t0 + RECHECK),
+        );
         assert_eq!(ch[0].2.as_ref().unwrap().state, PowerOffState::Off);
         assert_eq!(
             ch[0].2.as_ref().unwrap().unbound,
@@ -1130,7 +1388,7 @@ mod tests {
         // Its own power-off, then the block is lifted: bound again.
         kernel_binds(&root);
         std::fs::write(root.join("bus/pci/drivers/gpudrv/bind"), "").unwrap();
-        po2.sync(&inputs(&root, &procfs, &inv, &blocked, t0));
+        settle(&mut po2, &inputs(&root, &procfs, &inv, &blocked, t0));
         assert!(po2.info(g.pci).is_some());
         kernel_unbinds(&root);
         let none = Default::default();
@@ -1141,6 +1399,65 @@ mod tests {
         );
         assert!(po2.info(g.pci).is_none());
         assert!(!state.join(RECORD_FILE).exists());
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_hung_unbind_is_in_flight_without_waiting_and_failed_at_its_deadline() {
+        let (root, g) = machine("flight");
+        let state = root.join("state");
+        std::fs::create_dir_all(&state).unwrap();
+        let procfs = root.join("proc");
+        std::fs::create_dir_all(&procfs).unwrap();
+        // A FIFO nobody reads stands in for a remove that never returns.
+        let unbind = root.join("bus/pci/drivers/gpudrv/unbind");
+        std::fs::remove_file(&unbind).unwrap();
+        nix::unistd::mkfifo(&unbind, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let inv = Inventory {
+            gpus: vec![g.clone()],
+        };
+        let blocked = [1].into_iter().collect();
+        let mut po = PowerOff::start(&state, &root);
+        let t0 = Instant::now();
+        let t = Instant::now();
+        // The turns before the deadline return at once, the step in flight.
+        let mut i = 0;
+        while po.info(g.pci).map(|x| x.reason.clone())
+            != Some(Some("unbinding 0000:01:00.0 from gpudrv".into()))
+        {
+            po.sync(&inputs(&root, &procfs, &inv, &blocked, t0));
+            std::thread::sleep(Duration::from_millis(5));
+            i += 1;
+            assert!(i < 1000, "{:?}", po.info(g.pci));
+        }
+        assert!(t.elapsed() < DRIVER_DEADLINE, "{:?}", t.elapsed());
+        assert_eq!(po.info(g.pci).unwrap().state, PowerOffState::PoweringOff);
+        assert!(po.in_flight());
+        assert!(po.fd().is_some(), "the helper's pidfd is polled");
+        assert_eq!(po.deadline(), Some(t0 + DRIVER_DEADLINE));
+        // The record is on disk already, the hung function in it.
+        let recs = load(&state.join(RECORD_FILE)).unwrap();
+        assert_eq!(recs[&g.pci].unbound.len(), 2);
+        // At the deadline: failed, the helper left to the kernel.
+        let ch = po.sync(&inputs(
+            &root,
+            &procfs,
+            &inv,
+            &blocked,
+            t0 + DRIVER_DEADLINE,
+        ));
+        let info = ch[0].2.as_ref().unwrap();
+        assert_eq!(info.state, PowerOffState::Failed);
+        assert!(
+            info.reason.as_deref().unwrap().contains("did not return"),
+            "{info:?}"
+        );
+        assert!(!po.in_flight());
+        let end = Instant::now() + Duration::from_secs(2);
+        while reap_hung() > 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(reap_hung(), 0);
         std::fs::remove_dir_all(&root).unwrap();
     }
 
@@ -1157,7 +1474,7 @@ mod tests {
         let blocked = [1].into_iter().collect();
         let mut po = PowerOff::start(&state, &root);
         let t0 = Instant::now();
-        po.sync(&inputs(&root, &procfs, &inv, &blocked, t0));
+        settle(&mut po, &inputs(&root, &procfs, &inv, &blocked, t0));
         kernel_unbinds(&root);
         let unbind = root.join("bus/pci/drivers/gpudrv/unbind");
         std::fs::write(&unbind, "").unwrap();
@@ -1180,7 +1497,10 @@ mod tests {
         symlink(root.join("bus/pci/drivers/gpudrv"), dev.join("driver")).unwrap();
         // Seen before the uevent re-reads the hardware: the inventory still
         // says unbound; the link is what counts.
-        po.sync(&inputs(&root, &procfs, &off, &blocked, t0 + RECHECK * 2));
+        settle(
+            &mut po,
+            &inputs(&root, &procfs, &off, &blocked, t0 + RECHECK * 2),
+        );
         assert_eq!(read(&unbind), "0000:01:00.0");
         // The first record's old values are kept: a restore still puts `on` back.
         let recs = load(&state.join(RECORD_FILE)).unwrap();
@@ -1323,7 +1643,7 @@ mod tests {
         let t1 = t0 + STUCK_AFTER;
         let mut t = t1;
         while t <= t1 + STUCK_AFTER {
-            po.sync(&inputs(&root, &procfs, &inv, &blocked, t));
+            settle(&mut po, &inputs(&root, &procfs, &inv, &blocked, t));
             t += RECHECK;
         }
         assert_eq!(

@@ -45,6 +45,8 @@ enum Src {
     Denials,
     /// The holder scan's thread has a result.
     Scan,
+    /// The power-off's unbind helper has exited (its pidfd).
+    Helper,
     /// A display server the plan skipped a GPU for has exited.
     HolderGone(usize),
     /// An accepted client, by its index in `server.conns`.
@@ -130,6 +132,9 @@ fn wait(
     }
     if let Some(fd) = d.core.enforcer.holder_scan_fd() {
         set.push((Src::Scan, input(fd)));
+    }
+    if let Some(fd) = d.poweroff.fd() {
+        set.push((Src::Helper, input(fd)));
     }
     set.extend(
         d.core
@@ -262,6 +267,8 @@ fn on_ready(
                 d.core.holder_gone();
             }
         }
+        // Reaped and continued by the power-off's sync after the turn.
+        Src::Helper => {}
         Src::Scan => {
             let core = &mut d.core;
             d.who_scans.finish(&mut core.enforcer, &core.roots.procfs);

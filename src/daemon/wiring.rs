@@ -107,8 +107,14 @@ impl Daemon {
         // in force before READY.
         d.auto_evaluate(false, "start");
         d.core.reapply().context("applying the saved mode")?;
-        // A blocked GPU that cannot sleep is powered off before READY.
+        // A blocked GPU that cannot sleep is powered off before READY (and
+        // before the socket answers): no client waits yet, so the start
+        // waits for its unbinds, each bounded by its deadline.
         d.poweroff_sync();
+        while d.poweroff.in_flight() {
+            std::thread::sleep(Duration::from_millis(5));
+            d.poweroff_sync();
+        }
         d.push = Push::new(d.core.choice(), d.core.plan());
         // Grants of processes that outlived the previous daemon.
         d.grants.restore(&d.core.enforcer, d.core.choice().mode);

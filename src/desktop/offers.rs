@@ -130,6 +130,7 @@ mod tests {
                 .map(|g| ListGpu {
                     gpu: g.clone(),
                     runtime_pm: None,
+                    power_off: None,
                 })
                 .collect(),
             ..ListData::default()

@@ -89,6 +89,14 @@ pub struct ListGpu {
         skip_serializing_if = "Option::is_none"
     )]
     pub runtime_pm: Option<Option<RuntimePm>>,
+    /// What gpuctl's power-off did to the GPU, as in `status`; absent where
+    /// no daemon answered, `null` when it did nothing.
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub power_off: Option<Option<PowerOffInfo>>,
 }
 
 /// `status` (`gpuctl status --json`).
@@ -216,6 +224,9 @@ pub enum PowerOffState {
     Refused,
     /// Attempted and stopped: `reason` says at which step.
     Failed,
+    /// Under way: an unbind runs in a helper (at most 5 s); `reason` says
+    /// which (`unbinding PCI from DRIVER`), `unbound` what is done.
+    PoweringOff,
     /// A state this build does not know (a newer daemon's).
     #[serde(other)]
     Unknown,
@@ -777,9 +788,11 @@ public!(
         "functions",
         "blocked",
         "runtime_pm",
+        "power_off",
     ],
     |g, v| {
         g.runtime_pm = g.runtime_pm.map(|p| p.map(|p| p.for_viewer(v)));
+        g.power_off = g.power_off.map(|p| p.map(|p| p.for_viewer(v)));
         g
     }
 );
@@ -865,6 +878,10 @@ impl PowerOffInfo {
             PowerOffState::Failed => format!(
                 "power-off failed: {}",
                 i.reason.as_deref().unwrap_or("(reason withheld)")
+            ),
+            PowerOffState::PoweringOff => format!(
+                "powering off: {}…",
+                i.reason.as_deref().unwrap_or("unbinding the drivers")
             ),
             PowerOffState::Unknown => "in a state this gpuctl does not know".to_string(),
         }

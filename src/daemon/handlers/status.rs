@@ -14,6 +14,7 @@ pub(super) fn list(d: &mut Daemon, viewer: Viewer) -> ListData {
         .gpus_with_blocked()
         .into_iter()
         .map(|gpu| ListGpu {
+            power_off: Some(d.poweroff.info(gpu.pci).cloned()),
             gpu,
             runtime_pm: None,
         })

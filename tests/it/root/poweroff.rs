@@ -33,6 +33,84 @@ fn kernel_unbinds(env: &Env, addr: &str) {
     std::fs::remove_file(&l).unwrap_or_else(|e| panic!("{}: {e}", l.display()));
 }
 
+/// `status --json` once no unbind is under way (the power-off runs its
+/// unbinds in helpers, continued by the loop as each returns).
+fn settled_status(env: &Env) -> serde_json::Value {
+    for _ in 0..200 {
+        let s = env.json(&["status"]);
+        if s["gpus"][1]["power_off"]["state"] != "powering_off" {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    panic!("the power-off stayed under way");
+}
+
+#[test]
+#[ignore = "root"]
+fn a_hung_unbind_does_not_stall_other_clients() {
+    require_root("a_hung_unbind_does_not_stall_other_clients");
+    let m = machine("intel_nvidia");
+    m.write_sys(&format!("{DGPU}/power/control"), "on\n");
+    m.write_sys(MODESET, "N\n");
+    // A FIFO nobody reads stands in for a driver hanging in its remove:
+    // the helper's open blocks.
+    let unbind = m.sysfs().join("bus/pci/drivers/nvidia/unbind");
+    std::fs::remove_file(&unbind).unwrap();
+    nix::unistd::mkfifo(&unbind, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let mut env = Env::new(m);
+    env.start();
+    let out = env.gpuctl(&["set", "integrated"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // Another client is answered while the unbind is still in flight
+    // (before its 5 s deadline: after it, the state is `failed`).
+    let mut seen = None;
+    for _ in 0..100 {
+        let s = env.json(&["status"]);
+        let p = s["gpus"][1]["power_off"].clone();
+        if p["state"] == "powering_off" && p["reason"] == "unbinding 0000:01:00.0 from nvidia" {
+            seen = Some(s);
+            break;
+        }
+        assert_ne!(
+            p["state"], "failed",
+            "answered only after the deadline: {s:#}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let s = seen.expect("the unbind was seen in flight");
+    assert_eq!(
+        s["gpus"][1]["power_off"]["unbound"],
+        serde_json::json!(["0000:01:00.1=snd_hda_intel"]),
+        "{s:#}"
+    );
+    let human = String::from_utf8_lossy(&env.gpuctl(&["status"]).stdout).into_owned();
+    assert!(human.contains("powering off: unbinding"), "{human}");
+    // At the deadline: failed, saying so.
+    let s = settled_status(&env);
+    let p = &s["gpus"][1]["power_off"];
+    assert_eq!(p["state"], "failed", "{s:#}");
+    assert!(
+        p["reason"].as_str().unwrap().contains("did not return"),
+        "{s:#}"
+    );
+    // `list` says it too; a stranger gets the state without the reason.
+    let l = env.json(&["list"]);
+    assert_eq!(l["gpus"][1]["power_off"]["state"], "failed", "{l:#}");
+    assert_eq!(l["gpus"][1]["power_off"]["reason"], p["reason"], "{l:#}");
+    assert_eq!(l["gpus"][0]["power_off"], serde_json::Value::Null, "{l:#}");
+    let out = env.gpuctl_as(Some(65534), &["list", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let l: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(l["gpus"][1]["power_off"]["state"], "failed", "{l:#}");
+    assert_eq!(
+        l["gpus"][1]["power_off"]["reason"],
+        serde_json::Value::Null,
+        "{l:#}"
+    );
+    env.stop();
+}
+
 #[test]
 #[ignore = "root"]
 fn integrated_unbinds_a_gpu_that_cannot_sleep_and_hybrid_binds_it_back() {
@@ -58,7 +136,7 @@ fn integrated_unbinds_a_gpu_that_cannot_sleep_and_hybrid_binds_it_back() {
 
     let out = env.gpuctl(&["set", "integrated"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let s = env.json(&["status"]);
+    let s = settled_status(&env);
     let p = &s["gpus"][1]["power_off"];
     assert_eq!(p["state"], "off", "{s:#}");
     assert_eq!(read(&env, "bus/pci/drivers/nvidia/unbind"), "0000:01:00.0");
@@ -70,6 +148,13 @@ fn integrated_unbinds_a_gpu_that_cannot_sleep_and_hybrid_binds_it_back() {
     let human = String::from_utf8_lossy(&env.gpuctl(&["status"]).stdout).into_owned();
     assert!(
         human.contains("powered off by gpuctl: drivers unbound"),
+        "{human}"
+    );
+    let l = env.json(&["list"]);
+    assert_eq!(l["gpus"][1]["power_off"], *p, "list says it as status does");
+    let human = String::from_utf8_lossy(&env.gpuctl(&["list"]).stdout).into_owned();
+    assert!(
+        human.contains("power-off: GPU 1: powered off by gpuctl: drivers unbound"),
         "{human}"
     );
     kernel_unbinds(&env, "0000:01:00.0");
@@ -129,7 +214,7 @@ fn power_off_never_only_blocks_and_kill_9_is_undone_by_poweroff_restore() {
     assert!(out.status.success(), "{}", describe(&out));
     let out = env.gpuctl(&["config", "power_off", "auto"]);
     assert!(out.status.success(), "{}", describe(&out));
-    let s = env.json(&["status"]);
+    let s = settled_status(&env);
     assert_eq!(s["gpus"][1]["power_off"]["state"], "off", "{s:#}");
     kernel_unbinds(&env, "0000:01:00.0");
     clear(&env, "nvidia");
