@@ -387,16 +387,24 @@ impl Drop for Server {
 }
 
 fn bind_socket(path: &Path) -> Result<UnixListener> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("creating socket directory {}", dir.display()))?;
-    }
-    match std::fs::remove_file(path) {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating socket directory {}", dir.display()))?;
+    // Bound and listening under a temporary name first, then renamed into
+    // place: the path never names a socket that refuses connections (a
+    // client that sees the file between bind(2) and listen(2) got
+    // ECONNREFUSED), and a stale socket is replaced in one step.
+    let name = path
+        .file_name()
+        .with_context(|| format!("socket path {} has no file name", path.display()))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.new", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    match std::fs::remove_file(&tmp) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(e).with_context(|| format!("removing stale socket {}", path.display()))
-        }
+        Err(e) => return Err(e).with_context(|| format!("removing stale {}", tmp.display())),
     }
     // The socket gets its mode 0666 from the umask at bind(2), not from a
     // chmod of the path afterwards, which would follow whatever the path
@@ -405,10 +413,15 @@ fn bind_socket(path: &Path) -> Result<UnixListener> {
     // restored around the bind only; the daemon's other thread (the holder
     // scan) creates no files.
     let old = unsafe { libc::umask(0o111) };
-    let bound = UnixListener::bind(path);
+    // std's bind also listens (backlog 128).
+    let bound = UnixListener::bind(&tmp);
     // SAFETY: as above, restoring the previous mask.
     unsafe { libc::umask(old) };
-    let listener = bound.with_context(|| format!("listening on {}", path.display()))?;
+    let listener = bound.with_context(|| format!("listening on {}", tmp.display()))?;
+    if let Err(e) = std::fs::rename(&tmp, path) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("moving the socket to {}", path.display()));
+    }
     listener.set_nonblocking(true)?;
     Ok(listener)
 }

@@ -973,3 +973,86 @@ fn the_socket_mode_is_set_at_bind_not_by_chmod() {
         "the socket was chmod'ed by path: {log}"
     );
 }
+
+/// The socket path appears only once the socket listens: it is bound under
+/// a temporary name and renamed into place. Before, a client that saw the
+/// file between bind(2) and listen(2) got ECONNREFUSED (seen as a flaky
+/// `one_daemon_per_state_dir_and_the_socket_comes_back`). Checked with strace
+/// on a start and on a re-creation after the file is deleted.
+#[test]
+#[ignore = "root"]
+fn the_socket_path_appears_only_when_it_listens() {
+    root_test!();
+    let env = Env::new(machine("intel_nvidia"));
+    let trace = env.dir.join("strace.log");
+    let mut daemon = Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-s",
+            "256",
+            "-e",
+            "trace=bind,rename,renameat,renameat2",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg(BIN)
+        .args(["daemon", "--cgroup"])
+        .arg(&env.cgroup)
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
+        .env("GPUCTL_STATE_DIR", env.state_dir())
+        .env("GPUCTL_CONFIG", env.dir.join("gpuctl.toml"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.dir.join("daemon.log")).unwrap())
+        .spawn()
+        .expect("strace (make deps installs it)");
+    let connect = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if env.socket().exists() {
+                // Once the path is there, it answers.
+                return UnixStream::connect(env.socket())
+                    .unwrap_or_else(|e| panic!("{what}: the socket file refuses: {e}"));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: no socket: {}",
+                std::fs::read_to_string(env.dir.join("daemon.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    drop(connect("start"));
+    std::fs::remove_file(env.socket()).unwrap();
+    let mut s = connect("re-created");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let pid = send(&mut s, r#"{"type":"ping"}"#)["data"]["pid"]
+        .as_i64()
+        .expect("the daemon's pid");
+    // SAFETY: plain kill(2) of the daemon this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    let log = std::fs::read_to_string(&trace).unwrap();
+    let sock = env.socket().to_string_lossy().into_owned();
+    let binds: Vec<&str> = log.lines().filter(|l| l.contains("bind(")).collect();
+    assert!(
+        binds.len() >= 2,
+        "a bind at start and one after the deletion: {log}"
+    );
+    for l in &binds {
+        assert!(
+            !l.contains(&format!("sun_path=\"{sock}\"")),
+            "bound at the final path (a window before listen): {l}"
+        );
+    }
+    let renames = log
+        .lines()
+        .filter(|l| l.contains("rename") && l.contains(&format!("\"{sock}\"")))
+        .count();
+    assert!(
+        renames >= 2,
+        "moved into place at start and after the deletion: {log}"
+    );
+}
