@@ -97,23 +97,7 @@ set -e
 kill "$waker" 2>/dev/null || true
 wait "$waker" 2>/dev/null || true
 secs=$((SECONDS - t0))
-if ! vm_counts "$log"; then
-  echo "vm: auto: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
-  sed 's/^/  /' "$tmp/run.err"
-  echo "vm: 0 passed, 1 failed"
-  exit 1
-fi
-line="vm: auto: $np passed, $nf failed"
-[[ $ns == 0 ]] || line+=", $ns skipped"
-if [[ $rc != 0 && $nf == 0 ]]; then
-  line+=" (but the guest exited $rc)"
-  nf=1
-fi
-echo "$line (${secs}s)"
-if [[ $verbose == 0 ]]; then
-  grep -aE '^(FAIL|SKIP) |^daemon\| |^---- ' "$log" | { [[ $nf != 0 ]] && cat || grep -aE '^SKIP '; } \
-    | sed 's/^/  /' || true
-  [[ $nf == 0 ]] || echo "  (console log: $log)"
-fi
+bad=0
+vm_report auto "$log" "$rc" "$secs" "$tmp/run.err" || bad=1
 echo "vm: $np passed, $nf failed"
-[[ $nf == 0 ]]
+exit "$bad"

@@ -15,13 +15,8 @@ C1=/dev/dri/card1
 CONN=/sys/class/drm/card1-Virtual-2
 KV=$(uname -r)
 
-passed=0 failed=0 skipped=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
-skip() { skipped=$((skipped + 1)); echo "SKIP $1: $2"; }
-expect() { if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got \"$2\", want \"$3\""; fi; }
-contains() { case $2 in *"$3"*) pass "$1" ;; *) fail "$1" "\"$3\" not in: $2" ;; esac; }
-now_ms() { awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime; }
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
 
 # cmos_w INDEX VALUE (decimal): one 2-byte write to /dev/port 0x70, so the kernel does
 # outb(INDEX, 0x70); outb(VALUE, 0x71) back to back (no window for the firmware's poll).
@@ -93,8 +88,7 @@ finish() {
     sed 's/^/event| /' /tmp/ev.log
   fi
   [ -n "$dpid" ] && kill "$dpid" 2>/dev/null
-  echo "$passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]
+  results
   exit
 }
 

@@ -81,31 +81,9 @@ for b in "${boots[@]}"; do
   rc=$?
   set -e
   secs=$((SECONDS - t0))
-  if ! vm_counts "$log"; then
-    echo "vm: $label: 0 passed, 1 failed (no result from the guest: run.sh exited $rc; ${secs}s)"
-    total_fail=$((total_fail + 1))
-    sed 's/^/  /' "$tmp/run.err"
-    bad=1
-    continue
-  fi
-  line="vm: $label: $np passed, $nf failed"
-  [[ $ns == 0 ]] || line+=", $ns skipped"
-  if [[ $rc != 0 && $nf == 0 ]]; then
-    line+=" (but the guest exited $rc)"
-    nf=1
-  fi
+  vm_report "$label" "$log" "$rc" "$secs" "$tmp/run.err" || bad=1
   total_pass=$((total_pass + np))
   total_fail=$((total_fail + nf))
-  echo "$line (${secs}s)"
-  if [[ $nf != 0 ]]; then
-    bad=1
-    if [[ $verbose == 0 ]]; then
-      grep -aE '^(FAIL|SKIP) |^daemon\| |^---- |^guest: ' "$log" | sed 's/^/  /' || true
-      echo "  (console log: $log)"
-    fi
-  elif [[ $ns != 0 && $verbose == 0 ]]; then
-    grep -aE '^SKIP ' "$log" | sed 's/^/  /' || true
-  fi
 done
 [[ $ran -gt 0 ]] || die "no boot matches --only ${only[*]}"
 echo "vm: $ran boot(s) in $((SECONDS - t_all))s"

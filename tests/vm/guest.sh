@@ -31,11 +31,8 @@ R1=/dev/dri/renderD128
 VGA_CONFIG=/sys/bus/pci/devices/$VGA/config
 VIRTIO_CONFIG=/sys/bus/pci/devices/$VIRTIO/config
 
-passed=0 failed=0 skipped=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
-skip() { skipped=$((skipped + 1)); echo "SKIP $1: $2"; }
-now_ms() { awk '{ printf "%d\n", $1 * 1000 }' /proc/uptime; }
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
 
 # check NAME WANT CMD...: CMD's output (stdout+stderr, lines joined with "; ") must be WANT.
 check() {
@@ -60,16 +57,6 @@ opens() {
   done
   # shellcheck disable=SC2086  # word splitting wanted: a prefix command and a path list
   check "$op_name" "$op_want" $op_pre /bin/vmopen $op_paths
-}
-
-# expect NAME GOT WANT
-expect() {
-  if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got \"$2\", want \"$3\""; fi
-}
-
-# contains NAME HAYSTACK NEEDLE
-contains() {
-  case $2 in *"$3"*) pass "$1" ;; *) fail "$1" "\"$3\" not in: $2" ;; esac
 }
 
 # jtop FILE KEY: a top-level key of pretty-printed JSON (strings unquoted).
@@ -154,17 +141,8 @@ start_daemon() {
   sd_t0=$(now_ms)
   gpuctl daemon --backend "$B" ${2:+"$2"} 2>"$1" &
   dpid=$!
-  sd_i=0
-  while [ $sd_i -lt 100 ]; do
-    if gpuctl get >/dev/null 2>&1; then
-      ready_ms=$(($(now_ms) - sd_t0))
-      return 0
-    fi
-    kill -0 "$dpid" 2>/dev/null || break
-    usleep 100000
-    sd_i=$((sd_i + 1))
-  done
-  return 1
+  await_daemon "$dpid" 100 || return 1
+  ready_ms=$(($(now_ms) - sd_t0))
 }
 
 # stop_daemon SIGNAL: signal it and reap it (≤ 10 s, then SIGKILL). Sets stop_rc.
@@ -194,8 +172,7 @@ finish() {
     for f in /tmp/daemon-1.log /tmp/daemon-2.log; do [ -s "$f" ] && show_log "$f"; done
   fi
   [ -n "$dpid" ] && stop_daemon TERM
-  echo "$passed passed, $failed failed, $skipped skipped"
-  [ "$failed" -eq 0 ]
+  results
   exit
 }
 

@@ -12,7 +12,8 @@
 #
 # Contents: /bin/busybox (+ a symlink per applet), /init (tests/vm/init), /lib/modules/KVER
 # (the modules from fetch-kernel.sh with their modules.dep, for busybox modprobe),
-# /etc/gpuctl-vm/{modules,nodes,kernel.env}, /bin/gpuctl, /test.sh.
+# /etc/gpuctl-vm/{modules,nodes,kernel.env}, /bin/gpuctl, /test.sh and
+# /guest-lib.sh (tests/vm/guest-lib.sh, the checks' helpers every guest script sources).
 # Environment: GPUCTL_VM_BUSYBOX (default /bin/busybox, Debian package busybox-static),
 #              GPUCTL_VM_NODES (DRM nodes the init waits for; default "card0 card1 renderD128").
 set -euo pipefail
@@ -94,6 +95,7 @@ echo "root:x:0:" >etc/group
 install -m 0755 "$here/init" init
 install -m 0755 "$binary" bin/gpuctl
 install -m 0755 "$script" test.sh
+install -m 0644 "$here/guest-lib.sh" guest-lib.sh
 for a in ${adds[@]+"${adds[@]}"}; do
   src=${a%%:*} dest=${a#*:}
   [[ $src != "$a" && $dest == /* ]] || die "--add wants SRC:/ABS/DEST, got $a"

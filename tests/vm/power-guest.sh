@@ -10,18 +10,14 @@ unset NOTIFY_SOCKET GPUCTL_SOCKET
 mkdir -p "$GPUCTL_STATE_DIR"
 KV=$(uname -r)
 
-passed=0 failed=0 skipped=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
-expect() { if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got \"$2\", want \"$3\""; fi; }
-contains() { case $2 in *"$3"*) pass "$1" ;; *) fail "$1" "\"$3\" not in: $2" ;; esac; }
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
 # num FILE KEY: the first numeric value of "KEY": in pretty-printed JSON.
 num() { sed -n "s/.*\"$2\": \\([0-9.]*\\).*/\\1/p" "$1" | grep -m1 .; }
 finish() {
   [ -n "$dpid" ] && stop_daemon
-  echo "$passed passed, $failed failed, $skipped skipped"
-  [ "$failed" = 0 ]
-  exit $?
+  results
+  exit
 }
 
 for m in irqbypass vfio vfio_iommu_type1 vfio_virqfd vfio-pci-core vfio-pci; do
@@ -55,14 +51,7 @@ dpid=
 start_daemon() { # BACKEND LOG
   gpuctl daemon --backend "$1" 2>"$2" &
   dpid=$!
-  sd_i=0
-  while [ $sd_i -lt 100 ]; do
-    gpuctl get >/dev/null 2>&1 && return 0
-    kill -0 "$dpid" 2>/dev/null || break
-    usleep 100000
-    sd_i=$((sd_i + 1))
-  done
-  return 1
+  await_daemon "$dpid" 100
 }
 stop_daemon() {
   kill "$dpid" 2>/dev/null

@@ -14,16 +14,12 @@ export GPUCTL_STATE_DIR=/tmp/state GPUCTL_CONFIG=/tmp/gpuctl.toml
 unset NOTIFY_SOCKET GPUCTL_SOCKET
 mkdir -p "$GPUCTL_STATE_DIR"
 
-passed=0 failed=0 skipped=0
-pass() { passed=$((passed + 1)); echo "PASS $1"; }
-fail() { failed=$((failed + 1)); echo "FAIL $1: $2"; }
-expect() { if [ "$2" = "$3" ]; then pass "$1"; else fail "$1" "got \"$2\", want \"$3\""; fi; }
-contains() { case $2 in *"$3"*) pass "$1" ;; *) fail "$1" "\"$3\" not in: $2" ;; esac; }
+# shellcheck source=tests/vm/guest-lib.sh
+. /guest-lib.sh
 finish() {
   [ -n "$dpid" ] && stop_daemon
-  echo "$passed passed, $failed failed, $skipped skipped"
-  [ "$failed" = 0 ]
-  exit $?
+  results
+  exit
 }
 ms() { awk '{ printf "%d", $1 * 1000 }' /proc/uptime; }
 
@@ -89,14 +85,7 @@ dpid=
 start_daemon() { # LOG
   gpuctl daemon --backend lsm 2>"$1" &
   dpid=$!
-  sd_i=0
-  while [ $sd_i -lt 150 ]; do
-    gpuctl get >/dev/null 2>&1 && return 0
-    kill -0 "$dpid" 2>/dev/null || break
-    usleep 100000
-    sd_i=$((sd_i + 1))
-  done
-  return 1
+  await_daemon "$dpid" 150
 }
 stop_daemon() {
   kill "$dpid" 2>/dev/null

@@ -30,42 +30,18 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 vm_args 2,27 "[-v]" -- "$@"
-qemu=${GPUCTL_VM_QEMU:-qemu-system-x86_64}
-command -v "$qemu" >/dev/null || die "$qemu not found (apt-get install qemu-system-x86)"
-
 vm_kernel
-cache=${GPUCTL_VM_CACHE:-$repo/.cache/vm}
-deb=$cache/debs/${PKG}_${PKG_VERSION}_amd64.deb
-[[ -f $deb ]] || die "$deb not found (fetch-kernel.sh keeps the package there)"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 out=$repo/target/vm
 mkdir -p "$out"
-log=$out/poweroff.log
 
-# snd_hda_intel and its dependencies, in load order, from the same kernel package (kept
-# beside the logs; the guest insmods them in this order).
-mods=$out/poweroff-modules-$KVER
-snd=(sound/soundcore.ko sound/core/snd.ko sound/core/snd-timer.ko sound/core/snd-pcm.ko
-     sound/core/snd-hwdep.ko sound/hda/snd-hda-core.ko sound/hda/snd-intel-sdw-acpi.ko
-     sound/hda/snd-intel-dspcfg.ko sound/pci/hda/snd-hda-codec.ko
-     drivers/leds/trigger/ledtrig-audio.ko sound/pci/hda/snd-hda-codec-generic.ko
-     sound/pci/hda/snd-hda-intel.ko)
-if [[ ! -f $mods/snd-hda-codec-generic.ko ]]; then
-  mkdir -p "$tmp/x" "$mods"
-  paths=()
-  for f in "${snd[@]}"; do paths+=("./lib/modules/$KVER/kernel/$f"); done
-  dpkg-deb --fsys-tarfile "$deb" | tar -x -C "$tmp/x" "${paths[@]}" \
-    || die "extracting the sound modules from $deb failed"
-  for f in "${snd[@]}"; do cp "$tmp/x/lib/modules/$KVER/kernel/$f" "$mods/"; done
-fi
-adds=()
-order=
-for f in "${snd[@]}"; do
-  b=$(basename "$f")
-  adds+=(--add "$mods/$b:/lib/modules/$KVER/extra/$b")
-  order+="${b%.ko} "
-done
+# snd_hda_intel and its dependencies, in load order (the guest insmods them in this order).
+vm_modules poweroff sound/soundcore.ko sound/core/snd.ko sound/core/snd-timer.ko \
+  sound/core/snd-pcm.ko sound/core/snd-hwdep.ko sound/hda/snd-hda-core.ko \
+  sound/hda/snd-intel-sdw-acpi.ko sound/hda/snd-intel-dspcfg.ko sound/pci/hda/snd-hda-codec.ko \
+  drivers/leds/trigger/ledtrig-audio.ko sound/pci/hda/snd-hda-codec-generic.ko \
+  sound/pci/hda/snd-hda-intel.ko
 echo "$order" >"$tmp/snd-order"
 adds+=(--add "$tmp/snd-order:/etc/gpuctl-vm/snd-order")
 
@@ -79,39 +55,14 @@ GPUCTL_VM_NODES="card0 card1 renderD128" "$here/mkinitramfs.sh" --kernel-dir "$k
 
 kernel=$kdir/vmlinuz
 [[ -f $kdir/vmlinux ]] && kernel=$kdir/vmlinux
-# shellcheck disable=SC2054  # QEMU option values contain commas
-cmd=(
-  "$qemu" -accel tcg -machine q35 -nodefaults -no-user-config -display none -m 1024 -smp 2
-  -global ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off
-  -device VGA -device pcie-root-port,id=rp1,chassis=1,slot=1
-  -device virtio-gpu-pci,bus=rp1,addr=00.0,multifunction=on
-  -device ich9-intel-hda,id=hda,bus=rp1,addr=00.1 -device hda-duplex,bus=hda.0,audiodev=snd0 -audiodev none,id=snd0
-  -acpitable "file=$out/poweroff-port.aml"
-  -chardev "stdio,id=con,signal=off" -serial chardev:con -no-reboot
-  -kernel "$kernel" -initrd "$tmp/initrd.cpio.gz"
+vm_boot poweroff 300 "$out/poweroff.log" \
+  -accel tcg -machine q35 -nodefaults -no-user-config -display none -m 1024 -smp 2 \
+  -global ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off \
+  -device VGA -device pcie-root-port,id=rp1,chassis=1,slot=1 \
+  -device virtio-gpu-pci,bus=rp1,addr=00.0,multifunction=on \
+  -device ich9-intel-hda,id=hda,bus=rp1,addr=00.1 -device hda-duplex,bus=hda.0,audiodev=snd0 \
+  -audiodev none,id=snd0 \
+  -acpitable "file=$out/poweroff-port.aml" \
+  -chardev "stdio,id=con,signal=off" -serial chardev:con -no-reboot \
+  -kernel "$kernel" -initrd "$tmp/initrd.cpio.gz" \
   -append "console=ttyS0 panic=-1 quiet pcie_port_pm=force"
-)
-t0=$SECONDS
-set +e
-if [[ $verbose == 1 ]]; then
-  timeout -k 5 300 "${cmd[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$log"
-else
-  timeout -k 5 300 "${cmd[@]}" </dev/null 2>&1 | sed -u 's/\r//g' >"$log"
-fi
-set -e
-secs=$((SECONDS - t0))
-marker=$(grep -aoE 'GPUCTL-VM-EXIT [0-9]+' "$log" | tail -n1 || true)
-if ! vm_counts "$log"; then
-  echo "vm: poweroff: 0 passed, 1 failed (no result from the guest${marker:+, $marker}; ${secs}s)"
-  tail -n 40 "$log" | sed 's/^/  | /'
-  exit 1
-fi
-[[ ${marker#GPUCTL-VM-EXIT } == 0 || $nf != 0 ]] || nf=1
-line="vm: poweroff: $np passed, $nf failed"
-[[ $ns == 0 ]] || line+=", $ns skipped"
-echo "$line (${secs}s)"
-if [[ $nf != 0 && $verbose == 0 ]]; then
-  grep -aE '^(FAIL|SKIP) |^daemon\| |^guest: ' "$log" | sed 's/^/  /' || true
-  echo "  (console log: $log)"
-fi
-[[ $nf == 0 ]]
