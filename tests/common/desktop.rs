@@ -64,8 +64,58 @@ pub struct Bus {
 }
 
 impl Bus {
+    /// A private session bus where anyone may own anything.
     pub fn start() -> Bus {
-        let dir = Scratch::new("bus");
+        Bus::launch(
+            "bus",
+            "bus",
+            r#"  <type>session</type>
+  <policy context="default">
+    <allow user="*"/>
+    <allow send_destination="*" eavesdrop="true"/>
+    <allow eavesdrop="true"/>
+    <allow own="*"/>
+  </policy>
+"#,
+        )
+    }
+
+    /// A private bus configured as a system bus (`<type>system</type>`,
+    /// owning names denied by default) with gpuctl's packaged D-Bus policy
+    /// for net.hadess.SwitcherooControl included: only what that file
+    /// allows may own the name.
+    pub fn start_system() -> Bus {
+        let policy = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("packaging/dbus/net.hadess.SwitcherooControl-gpuctl.conf");
+        Bus::launch(
+            "sysbus",
+            "system_bus_socket",
+            &format!(
+                r#"  <type>system</type>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus"/>
+  </policy>
+  <include>{}</include>
+"#,
+                policy.display()
+            ),
+        )
+    }
+
+    /// dbus-daemon with BODY (type and policy) listening on SOCKET in a
+    /// scratch directory named after TAG.
+    fn launch(tag: &str, socket: &str, body: &str) -> Bus {
+        let dir = Scratch::new(tag);
         let conf = dir.0.join("bus.conf");
         std::fs::write(
             &conf,
@@ -73,16 +123,9 @@ impl Bus {
                 r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
  "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
 <busconfig>
-  <type>session</type>
-  <listen>unix:path={}/bus</listen>
+  <listen>unix:path={}/{socket}</listen>
   <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
-  </policy>
-</busconfig>
+{body}</busconfig>
 "#,
                 dir.0.display()
             ),
@@ -107,80 +150,6 @@ impl Bus {
             _dir: dir,
         }
     }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A private bus configured as a system bus (`<type>system</type>`, owning
-/// names denied by default) with gpuctl's packaged D-Bus policy for
-/// net.hadess.SwitcherooControl included: only what that file allows
-/// may own the name.
-pub struct SystemBus {
-    pub address: String,
-    child: Child,
-    _dir: Scratch,
-}
-
-impl SystemBus {
-    pub fn start() -> SystemBus {
-        let dir = Scratch::new("sysbus");
-        let conf = dir.0.join("system.conf");
-        let policy = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("packaging/dbus/net.hadess.SwitcherooControl-gpuctl.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}/system_bus_socket</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <allow send_type="method_call"/>
-    <allow send_type="signal"/>
-    <allow send_requested_reply="true" send_type="method_return"/>
-    <allow send_requested_reply="true" send_type="error"/>
-    <allow receive_type="method_call"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-    <allow receive_type="signal"/>
-    <allow send_destination="org.freedesktop.DBus"/>
-  </policy>
-  <include>{}</include>
-</busconfig>
-"#,
-                dir.0.display(),
-                policy.display()
-            ),
-        )
-        .unwrap();
-        set_mode(&dir.0, 0o755);
-        let mut child = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", conf.display()))
-            .args(["--nofork", "--print-address=1"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting dbus-daemon");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("unix:"), "dbus-daemon said {line:?}");
-        SystemBus {
-            address: line.trim().to_string(),
-            child,
-            _dir: dir,
-        }
-    }
 
     pub fn connect(&self) -> zbus::blocking::Connection {
         zbus::blocking::connection::Builder::address(self.address.as_str())
@@ -190,7 +159,7 @@ impl SystemBus {
     }
 }
 
-impl Drop for SystemBus {
+impl Drop for Bus {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::desktop::{have, SystemBus, BIN};
+use crate::common::desktop::{have, Bus, BIN};
 use crate::common::fixture::machine;
 use crate::common::harness::{describe, join_cgroup_before_exec, require_root, Env, ENXIO, EPERM};
 
@@ -17,7 +17,7 @@ const NAME: &str = "net.hadess.SwitcherooControl";
 struct Service(Child);
 
 impl Service {
-    fn start(env: &Env, bus: &SystemBus) -> Service {
+    fn start(env: &Env, bus: &Bus) -> Service {
         let child = Command::new(BIN)
             .arg("switcheroo")
             .env("GPUCTL_SOCKET", env.socket())
@@ -40,7 +40,7 @@ impl Service {
     }
 }
 
-fn owner(bus: &SystemBus) -> Option<String> {
+fn owner(bus: &Bus) -> Option<String> {
     let conn = bus.connect();
     let proxy = zbus::blocking::fdo::DBusProxy::new(&conn).unwrap();
     proxy
@@ -49,7 +49,7 @@ fn owner(bus: &SystemBus) -> Option<String> {
         .map(|o| o.to_string())
 }
 
-fn wait_owned(bus: &SystemBus) {
+fn wait_owned(bus: &Bus) {
     let t = Instant::now();
     while owner(bus).is_none() {
         assert!(t.elapsed() < Duration::from_secs(15), "nobody took {NAME}");
@@ -57,7 +57,7 @@ fn wait_owned(bus: &SystemBus) {
     }
 }
 
-fn switcherooctl(bus: &SystemBus, args: &[&str], cgroup: Option<&std::path::Path>) -> Output {
+fn switcherooctl(bus: &Bus, args: &[&str], cgroup: Option<&std::path::Path>) -> Output {
     let mut cmd = Command::new("switcherooctl");
     cmd.args(args)
         .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
@@ -70,7 +70,7 @@ fn switcherooctl(bus: &SystemBus, args: &[&str], cgroup: Option<&std::path::Path
 }
 
 /// errno of opening `node` from a shell `switcherooctl launch` starts.
-fn launch_open(bus: &SystemBus, env: &Env, node: &str) -> i32 {
+fn launch_open(bus: &Bus, env: &Env, node: &str) -> i32 {
     let out = switcherooctl(
         bus,
         &["launch", "/bin/sh", "-c", r#"exec 3<>"$0""#, node],
@@ -88,7 +88,7 @@ fn launch_open(bus: &SystemBus, env: &Env, node: &str) -> i32 {
 
 /// Starts `gpuctl switcheroo` while someone else owns the name: it must
 /// exit 0 within 15 s, saying it leaves the name be.
-fn steps_aside(env: &Env, bus: &SystemBus) {
+fn steps_aside(env: &Env, bus: &Bus) {
     let mut svc = Service::start(env, bus);
     let t = Instant::now();
     let status = loop {
@@ -106,13 +106,13 @@ fn steps_aside(env: &Env, bus: &SystemBus) {
     assert!(log.contains("leaving it be"), "{log}");
 }
 
-fn list(bus: &SystemBus) -> String {
+fn list(bus: &Bus) -> String {
     let out = switcherooctl(bus, &["list"], None);
     assert!(out.status.success(), "{}", describe(&out));
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn wait_list(bus: &SystemBus, what: &str, f: impl Fn(&str) -> bool) -> String {
+fn wait_list(bus: &Bus, what: &str, f: impl Fn(&str) -> bool) -> String {
     let t = Instant::now();
     loop {
         let l = list(bus);
@@ -131,7 +131,7 @@ fn switcherooctl_lists_and_launches_what_the_mode_allows() {
     if !have("switcherooctl", module_path!()) || !have("dbus-daemon", module_path!()) {
         return;
     }
-    let bus = SystemBus::start();
+    let bus = Bus::start_system();
     // intel_nvidia: i915 iGPU 00:02.0 (default), RTX 3050 01:00.0 (nvidia).
     let mut env = Env::new(machine("intel_nvidia"));
     env.start();
@@ -241,7 +241,7 @@ fn a_running_switcheroo_control_keeps_the_name() {
     if !have("dbus-daemon", module_path!()) {
         return;
     }
-    let bus = SystemBus::start();
+    let bus = Bus::start_system();
     // The stand-in: a connection owning the name, as switcheroo-control does.
     let other = bus.connect();
     other.request_name(NAME).unwrap();
@@ -269,7 +269,7 @@ fn the_real_switcheroo_control_keeps_the_name() {
         std::path::Path::new(REAL).is_file(),
         "{REAL} missing although switcherooctl is installed"
     );
-    let bus = SystemBus::start();
+    let bus = Bus::start_system();
     let mut real = Command::new(REAL)
         .env("DBUS_SYSTEM_BUS_ADDRESS", &bus.address)
         .stdout(Stdio::null())
@@ -302,7 +302,7 @@ fn only_root_may_own_the_name() {
     if !have("dbus-daemon", module_path!()) {
         return;
     }
-    let bus = SystemBus::start();
+    let bus = Bus::start_system();
     let mut env = Env::new(machine("intel_nvidia"));
     env.start();
     let mut cmd = Command::new(BIN);
