@@ -1253,11 +1253,7 @@ mod tests {
     #[test]
     fn a_driver_hanging_in_unbind_does_not_hang_the_caller() {
         let (root, g) = machine("hang");
-        // A FIFO nobody reads: open(O_WRONLY) blocks, like a remove that
-        // never returns.
-        let unbind = root.join("bus/pci/drivers/gpudrv/unbind");
-        std::fs::remove_file(&unbind).unwrap();
-        nix::unistd::mkfifo(&unbind, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        hang_unbind(&root);
         let s = steps(&root, &g);
         let mut rec = Record::default();
         let t = Instant::now();
@@ -1268,12 +1264,25 @@ mod tests {
         // The hung unbind stays in the record: a restore binds it again.
         assert_eq!(rec.unbound.len(), 2);
         // The helper was killed (a FIFO open is interruptible) and is reaped.
+        assert_helpers_reaped();
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The GPU's driver `unbind` becomes a FIFO nobody reads: open(O_WRONLY)
+    /// blocks, like a driver's remove that never returns.
+    fn hang_unbind(root: &Path) {
+        let unbind = root.join("bus/pci/drivers/gpudrv/unbind");
+        std::fs::remove_file(&unbind).unwrap();
+        nix::unistd::mkfifo(&unbind, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    }
+
+    /// The killed helpers (a FIFO open is interruptible) are reaped within 2 s.
+    fn assert_helpers_reaped() {
         let end = Instant::now() + Duration::from_secs(2);
         while reap_hung() > 0 && Instant::now() < end {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(reap_hung(), 0);
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -1409,10 +1418,7 @@ mod tests {
         std::fs::create_dir_all(&state).unwrap();
         let procfs = root.join("proc");
         std::fs::create_dir_all(&procfs).unwrap();
-        // A FIFO nobody reads stands in for a remove that never returns.
-        let unbind = root.join("bus/pci/drivers/gpudrv/unbind");
-        std::fs::remove_file(&unbind).unwrap();
-        nix::unistd::mkfifo(&unbind, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        hang_unbind(&root);
         let inv = Inventory {
             gpus: vec![g.clone()],
         };
@@ -1453,11 +1459,7 @@ mod tests {
             "{info:?}"
         );
         assert!(!po.in_flight());
-        let end = Instant::now() + Duration::from_secs(2);
-        while reap_hung() > 0 && Instant::now() < end {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert_eq!(reap_hung(), 0);
+        assert_helpers_reaped();
         std::fs::remove_dir_all(&root).unwrap();
     }
 
