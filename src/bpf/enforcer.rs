@@ -100,6 +100,59 @@ pub struct Options {
 /// Entries read per system call when the grant map is read whole.
 const GRANT_BATCH: u32 = 1024;
 
+/// Every key and value of a hash map (concatenated), read with
+/// `BPF_MAP_LOOKUP_BATCH`, [`GRANT_BATCH`] entries per call at most.
+/// (libbpf-rs's batch iterator takes a short batch for the last one, and a
+/// hash map's batch stops at a bucket's end: it lost most of a full map.)
+fn lookup_all<M: MapCore>(map: &M) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    use libbpf_rs::libbpf_sys;
+    let (ksz, vsz) = (map.key_size() as usize, map.value_size() as usize);
+    let n = GRANT_BATCH as usize;
+    let (mut keys, mut vals) = (Vec::new(), Vec::new());
+    let (mut kbuf, mut vbuf) = (vec![0u8; ksz * n], vec![0u8; vsz * n]);
+    // The batch token of a hash map is a bucket index (a u32); a key-sized
+    // buffer holds it (every key here is at least 4 bytes).
+    let (mut token_in, mut token_out) = (vec![0u8; ksz.max(4)], vec![0u8; ksz.max(4)]);
+    let mut first = true;
+    loop {
+        let mut count = GRANT_BATCH;
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        // SAFETY: every buffer is valid for what the call writes: `count`
+        // keys into `kbuf` and values into `vbuf` (sized for GRANT_BATCH),
+        // one token into `token_out`; `token_in` is read only after the
+        // first call; `opts` is a valid, sized options struct.
+        let ret = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                map.as_fd().as_raw_fd(),
+                if first {
+                    std::ptr::null_mut()
+                } else {
+                    token_in.as_mut_ptr().cast()
+                },
+                token_out.as_mut_ptr().cast(),
+                kbuf.as_mut_ptr().cast(),
+                vbuf.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        let got = (count as usize).min(n);
+        keys.extend_from_slice(&kbuf[..got * ksz]);
+        vals.extend_from_slice(&vbuf[..got * vsz]);
+        match -ret {
+            0 => {}
+            // The end: `count` holds what the last call read.
+            libc::ENOENT => return Ok((keys, vals)),
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+        token_in.copy_from_slice(&token_out);
+        first = false;
+    }
+}
+
 /// How a process got its grant (`struct grant.how`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -599,8 +652,13 @@ impl Enforcer {
             let pid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
             Some(abi::grant(pid, &abi::read(v)?))
         };
-        match map.lookup_batch(GRANT_BATCH, MapFlags::ANY, MapFlags::ANY) {
-            Ok(batch) => batch.filter_map(|(k, v)| parse(&k, &v)).collect(),
+        match lookup_all(map) {
+            Ok((keys, vals)) => keys
+                .chunks_exact(map.key_size() as usize)
+                .zip(vals.chunks_exact(map.value_size() as usize))
+                .filter_map(|(k, v)| parse(k, v))
+                .collect(),
+            // No batch operations (EINVAL before 5.6): one key at a time.
             Err(_) => map
                 .keys()
                 .filter_map(|k| parse(&k, &map.lookup(&k, MapFlags::ANY).ok()??))
@@ -619,12 +677,13 @@ impl Enforcer {
             )
         };
         let map = &self.skel.maps.uid_grants;
-        let uids = map
-            .lookup_batch(GRANT_BATCH, MapFlags::ANY, MapFlags::ANY)
-            .context("reading the per-uid grant counts")?
+        let (keys, vals) = lookup_all(map).context("reading the per-uid grant counts")?;
+        let uids = keys
+            .chunks_exact(map.key_size() as usize)
+            .zip(vals.chunks_exact(map.value_size() as usize))
             .filter_map(|(k, v)| {
                 let uid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
-                let c = abi::read::<types::uid_grants>(&v)?;
+                let c = abi::read::<types::uid_grants>(v)?;
                 Some((uid, c.held, c.refused))
             })
             .collect();

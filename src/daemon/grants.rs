@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::proto::data::{GrantGpus, GrantShareView, GrantView, UidGrants, GRANTS_LISTED};
-use crate::proto::redact::{withhold, Viewer};
+use crate::proto::redact::Viewer;
 use serde::{Deserialize, Serialize};
 
 use super::auth::{self, Peer};
@@ -376,33 +376,42 @@ impl Grants {
     /// value counts the rest), and only those are named from `/proc`: a
     /// full map costs a few batched map reads, not a `/proc` walk.
     pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
-        let mut live = enforcer.grants();
-        live.sort_by_key(|g| g.pid);
-        let views = live.into_iter().map(|g| GrantView {
-            pid: g.pid,
-            comm: None,
-            uid: Some(g.uid),
-            how: Some(g.how),
-            only: g.only,
-            gpus: if g.gpus == u32::MAX {
-                GrantGpus::All
-            } else {
-                GrantGpus::Ids(
-                    (0..bpf::MAX_GPUS)
-                        .filter(|i| g.gpus & (1 << i) != 0)
-                        .collect(),
-                )
-            },
-        });
-        let (mut shown, hidden) = withhold(views.collect(), viewer);
+        // Counted and cut on the raw entries: a view (and its allocations)
+        // is made only for the grants listed.
+        let (mut shown, others): (Vec<Grant>, Vec<Grant>) = enforcer
+            .grants()
+            .into_iter()
+            .partition(|g| viewer.sees(Some(g.uid)));
+        let hidden = others.len() as u64;
         let not_listed = shown.len().saturating_sub(GRANTS_LISTED) as u64;
-        shown.truncate(GRANTS_LISTED);
-        for v in &mut shown {
-            v.comm = std::fs::read_to_string(format!("/proc/{}/comm", v.pid))
-                .map(|c| c.trim().to_string())
-                .ok();
+        if shown.len() > GRANTS_LISTED {
+            shown.select_nth_unstable_by_key(GRANTS_LISTED, |g| g.pid);
+            shown.truncate(GRANTS_LISTED);
         }
-        (shown, hidden, not_listed)
+        shown.sort_unstable_by_key(|g| g.pid);
+        let views = shown
+            .into_iter()
+            .map(|g| GrantView {
+                // The command name is read only for the grants listed.
+                comm: std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
+                    .map(|c| c.trim().to_string())
+                    .ok(),
+                pid: g.pid,
+                uid: Some(g.uid),
+                how: Some(g.how),
+                only: g.only,
+                gpus: if g.gpus == u32::MAX {
+                    GrantGpus::All
+                } else {
+                    GrantGpus::Ids(
+                        (0..bpf::MAX_GPUS)
+                            .filter(|i| g.gpus & (1 << i) != 0)
+                            .collect(),
+                    )
+                },
+            })
+            .collect();
+        (views, hidden, not_listed)
     }
 
     /// The kernel's per-uid counts and the limits (`status`; redacted for
