@@ -48,10 +48,25 @@ const volatile __u32 log_level = GPUCTL_LOG_OFF;
 /* The daemon's own tgid: it may always open every node. */
 const volatile __u32 daemon_tgid = 0;
 
+/*
+ * Each plain uid's share of the grant map (issue 18; DESIGN-NOTES), set by
+ * the loader from the map's size: a uid holds at most `grant_share` grants
+ * from the fork/exec hooks; once they fill `grant_reserve_at` entries of the
+ * map, a uid holding `grant_small` or more gets no more, so the rest is kept
+ * for uids that hold few (and for `gpuctl run`, capped per uid by the daemon).
+ */
+const volatile __u32 grant_share = GPUCTL_MAX_GRANTS / 8;
+const volatile __u32 grant_reserve_at = GPUCTL_MAX_GRANTS - GPUCTL_MAX_GRANTS / 4;
+const volatile __u32 grant_small = GPUCTL_MAX_GRANTS / 128;
+
 /* Run-time settings (GPUCTL_SMART_*, GPUCTL_EVENTS_ON), written by the daemon. */
 __u32 smart_cfg = 0;
 /* Grants refused because `grants` was full (the process was denied). */
 __u64 grants_full = 0;
+/* Grants from the fork/exec hooks in `grants` now, every uid's (root's too). */
+__u64 grants_kernel = 0;
+/* Grants refused because their uid held its share (the process was denied). */
+__u64 grants_over_share = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -81,6 +96,13 @@ struct {
 	__type(key, __u32);
 	__type(value, struct grant);
 } grants SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, GPUCTL_MAX_UIDS);
+	__type(key, __u32);
+	__type(value, struct uid_grants);
+} uid_grants SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -408,10 +430,97 @@ int BPF_PROG(gpuctl_file_open, struct file *file)
  * exits. Decided here, at fork and exec, so no process runs before its
  * grant exists; the daemon does no work per launch.
  */
-static __always_inline void put_grant(__u32 tgid, const struct grant *g)
+
+/*
+ * Takes one grant of `uid`'s share: false when it holds its share, or holds
+ * `grant_small` while the map is nearly full (the reserve). The counters are
+ * changed with atomic adds (several CPUs fork at once); a loser of a race at
+ * the limit gives its add back, so a uid never holds more than its share.
+ */
+static __always_inline bool charge(__u32 uid)
 {
-	if (bpf_map_update_elem(&grants, &tgid, g, BPF_ANY))
+	struct uid_grants zero = {}, *u;
+	__u64 had;
+
+	if (uid != 0) {
+		u = bpf_map_lookup_elem(&uid_grants, &uid);
+		if (!u) {
+			bpf_map_update_elem(&uid_grants, &uid, &zero, BPF_NOEXIST);
+			u = bpf_map_lookup_elem(&uid_grants, &uid);
+		}
+		/* No room to count one more uid: nothing to count against. */
+		if (!u) {
+			__sync_fetch_and_add(&grants_over_share, 1);
+			return false;
+		}
+		had = __sync_fetch_and_add(&u->held, 1);
+		if (had >= grant_share ||
+		    (had >= grant_small && grants_kernel >= grant_reserve_at)) {
+			__sync_fetch_and_add(&u->held, -1);
+			__sync_fetch_and_add(&u->refused, 1);
+			__sync_fetch_and_add(&grants_over_share, 1);
+			return false;
+		}
+	}
+	__sync_fetch_and_add(&grants_kernel, 1);
+	return true;
+}
+
+/* Gives back what `charge(uid)` took. */
+static __always_inline void uncharge(__u32 uid)
+{
+	struct uid_grants *u;
+
+	__sync_fetch_and_add(&grants_kernel, -1);
+	if (uid == 0)
+		return;
+	u = bpf_map_lookup_elem(&uid_grants, &uid);
+	if (u)
+		__sync_fetch_and_add(&u->held, -1);
+}
+
+/* Removes the grant of `tgid`, if any, giving its count back. */
+static __always_inline void drop_grant(__u32 tgid)
+{
+	struct grant *old = bpf_map_lookup_elem(&grants, &tgid);
+	bool counted;
+	__u32 uid;
+
+	if (!old)
+		return;
+	counted = old->flags & GPUCTL_GRANT_KERNEL;
+	uid = old->uid;
+	/* Only the one that removed it gives the count back. */
+	if (bpf_map_delete_elem(&grants, &tgid) == 0 && counted)
+		uncharge(uid);
+}
+
+/*
+ * Stores a grant made by a hook for `tgid` (the current task's, or the child
+ * it forks), counted against the current task's real uid. Replaces what
+ * `tgid` had. Refused (the process stays denied, and what it had is kept)
+ * when that uid holds its share or the map is full.
+ */
+static __always_inline void put_grant(__u32 tgid, struct grant *g)
+{
+	__u32 uid = bpf_get_current_uid_gid() & 0xffffffff;
+	struct grant *old = bpf_map_lookup_elem(&grants, &tgid);
+
+	g->flags |= GPUCTL_GRANT_KERNEL;
+	g->uid = uid;
+	if (old && (old->flags & GPUCTL_GRANT_KERNEL) && old->uid == uid) {
+		/* Counted already: the count carries over. */
+		bpf_map_update_elem(&grants, &tgid, g, BPF_EXIST);
+		return;
+	}
+	if (!charge(uid))
+		return;
+	if (old)
+		drop_grant(tgid);
+	if (bpf_map_update_elem(&grants, &tgid, g, BPF_NOEXIST)) {
+		uncharge(uid);
 		__sync_fetch_and_add(&grants_full, 1);
+	}
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -442,7 +551,7 @@ int BPF_PROG(gpuctl_exit, struct task_struct *p)
 
 	/* `live` is decremented before this tracepoint: 0 means last thread. */
 	if (p->signal->live.counter == 0)
-		bpf_map_delete_elem(&grants, &tgid);
+		drop_grant(tgid);
 	return 0;
 }
 
@@ -580,7 +689,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	app = bpf_map_lookup_elem(&apps, &fkey);
 	if (app) {
 		if (!app->allow) {
-			bpf_map_delete_elem(&grants, &tgid);
+			drop_grant(tgid);
 			return 0;
 		}
 		g.gpus = app->gpus;

@@ -17,6 +17,8 @@
 #define GPUCTL_MAX_FILES 256
 /* Processes holding a grant at once; past this a new grant is refused (denied). */
 #define GPUCTL_MAX_GRANTS 8192
+/* Uids whose grants from the fork/exec hooks are counted at once (root is not). */
+#define GPUCTL_MAX_UIDS 1024
 /* Executables with an app policy. */
 #define GPUCTL_MAX_APPS 1024
 /* Longest environment string the exec scan copies in one step. */
@@ -77,6 +79,12 @@ enum {
 enum {
 	/* `gpuctl run --only`: the tree sees only its granted GPUs. */
 	GPUCTL_GRANT_ONLY = 1,
+	/*
+	 * Made by the fork or exec hook (inherited, DRI_PRIME, app rule) and
+	 * counted in `uid_grants[grant.uid]`; the hook that removes it gives
+	 * the count back. `gpuctl run` grants (made by the daemon) are not.
+	 */
+	GPUCTL_GRANT_KERNEL = 2,
 };
 
 /* smart_cfg bits (.bss, changed at run time) */
@@ -125,7 +133,22 @@ struct grant {
 	 * session on systems with audit), GPUCTL_NO_SESSION if none.
 	 */
 	__u32 session;
-	__u32 pad;
+	/*
+	 * The real uid the grant was made for: the one it is counted against
+	 * (GPUCTL_GRANT_KERNEL), and the owner `status` shows.
+	 */
+	__u32 uid;
+};
+
+/*
+ * Value of `uid_grants` (key: uid): one uid's share of the grant map
+ * (issue 18). Root has none: its grants are not limited.
+ */
+struct uid_grants {
+	/* Grants from the fork/exec hooks this uid holds now. */
+	__u64 held;
+	/* Grants refused to it because it held its share (those processes were denied). */
+	__u64 refused;
 };
 
 /* Value of `apps`. */

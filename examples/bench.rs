@@ -78,6 +78,9 @@ impl std::error::Error for Usage {}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--fill") {
+        return fill_grants(args.get(2).and_then(|n| n.parse().ok()).unwrap_or(0));
+    }
     let mut bench = None;
     let r = run(&args, &mut bench);
     let code = match &r {
@@ -100,6 +103,34 @@ fn main() -> ExitCode {
     };
     drop(bench); // the cleanup, on every path
     ExitCode::from(code)
+}
+
+/// `bench --fill N` (run under `gpuctl run` by the grant-map phase): forks N
+/// children that inherit the grant and wait, says `ready`, and when its
+/// stdin closes kills them (by pid) and exits.
+fn fill_grants(n: usize) -> ExitCode {
+    let mut kids = Vec::with_capacity(n);
+    for _ in 0..n {
+        // SAFETY: fork(2); the child only calls pause(2) and _exit(2).
+        match unsafe { libc::fork() } {
+            0 => loop {
+                // SAFETY: pause(2) has no preconditions.
+                unsafe { libc::pause() };
+            },
+            pid if pid > 0 => kids.push(pid),
+            _ => break,
+        }
+    }
+    println!("ready {}", kids.len());
+    let _ = io::stdin().read_to_end(&mut Vec::new());
+    for &k in &kids {
+        // SAFETY: kill(2) and waitpid(2) on our own children.
+        unsafe {
+            libc::kill(k, libc::SIGKILL);
+            libc::waitpid(k, std::ptr::null_mut(), 0);
+        }
+    }
+    ExitCode::SUCCESS
 }
 
 fn usage(msg: impl Into<String>) -> anyhow::Error {
@@ -854,6 +885,14 @@ struct Results {
     /// `set integrated` medians with no extra processes and with
     /// BENCH_PROCS of them, per round.
     set_procs: Vec<(f64, f64)>,
+    /// `status --json` with an empty and a full grant map, per round, per binary.
+    grant_status: BTreeMap<String, Vec<(f64, f64)>>,
+    /// `get` (reads no grant) with an empty and a full map: the control.
+    grant_get: BTreeMap<String, Vec<(f64, f64)>>,
+    /// Grant entries when full, per binary.
+    grant_fill: BTreeMap<String, u64>,
+    /// (hook, launch kind) → ns per launch of the fork/exec/exit programs, per binary.
+    grant_hooks: BTreeMap<(String, String, &'static str), Vec<f64>>,
     /// A PCI device's uevent file written for the burst; None: no PCI here.
     burst_dev: Option<PathBuf>,
 }
@@ -929,7 +968,8 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
     let mut r = Results::default();
     // BENCH_ONLY=limits: the limits phase alone (e.g. for a before/after
     // with BENCH_BASELINE without the rest of the run).
-    let only_limits = std::env::var("BENCH_ONLY").is_ok_and(|v| v == "limits");
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    let only_limits = only == "limits" || only == "grants";
     if !only_limits {
         b.conditions(&mut r)?;
         b.openat_rounds(&mut r)?;
@@ -940,7 +980,10 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         b.startups(&mut r)?;
         b.pm_and_idle(&mut r)?;
     }
-    b.limits(&mut r)?;
+    if only != "grants" {
+        b.limits(&mut r)?;
+    }
+    b.grant_map(&mut r)?;
 
     let mut tab = Table(Vec::new());
     if !only_limits {
@@ -951,6 +994,7 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         r.control_rows(&mut tab, &b.cfg);
     }
     r.limit_rows(&mut tab, &b.cfg);
+    r.grant_rows(&mut tab);
     tab.print();
     if !only_limits {
         b.print_conditions(&r, &load0, t_begin)?;
@@ -1528,6 +1572,130 @@ impl Bench {
         self.daemon_stop()
     }
 
+    /// h. the grant map (issues 18 and 21): `status --json` with an empty map
+    /// and with a full one (root's `gpuctl run` of `bench --fill`: root's
+    /// grants are not limited per uid), side by side in rounds, and the
+    /// fork/exec/exit programs' cost per launch (bpf_stats) of a plain
+    /// launch and of a launch from a granted parent (its fork copies the
+    /// grant, its exit removes it). With BENCH_BASELINE, both binaries.
+    fn grant_map(&mut self, r: &mut Results) -> Result<()> {
+        progress("grant map: status with an empty and a full map, hook costs");
+        let this = self.bin.clone();
+        let mut bins = vec![("this".to_string(), this.clone())];
+        if let Some(b) = &self.cfg.baseline {
+            let copy = self.work.join("gpuctl-baseline");
+            fs::copy(b, &copy).context("copying the baseline binary")?;
+            bins.push(("baseline".to_string(), copy));
+        }
+        let me = std::env::current_exe().context("the bench's own path")?;
+        let fill_n = knob("BENCH_GRANTS", 8192)?;
+        // (status, get) medians, alternated in chunks of 5.
+        let status_t = |b: &mut Bench| -> Result<(f64, f64)> {
+            let (mut v, mut g) = (Vec::new(), Vec::new());
+            for _ in 0..4 {
+                v.push(b.ctl_time(5, &["status", "--json"])?.0);
+                g.push(b.ctl_time(5, &["get"])?.0);
+            }
+            Ok((median(&v), median(&g)))
+        };
+        self.stats_on()?;
+        for _ in 0..self.cfg.limit_rounds {
+            for (label, bin) in &bins {
+                self.bin = bin.clone();
+                self.daemon_start()?;
+                self.set_mode("smart")?;
+                self.sleep(Duration::from_millis(100))?;
+                let names = prog_names();
+                let ids = self.attached_progs()?;
+                for kind in ["plain", "granted"] {
+                    let before = self.prog_stats()?;
+                    if kind == "plain" {
+                        self.launches(STATS_LAUNCHES)?;
+                    } else {
+                        // Not clean_env: the CLI needs the fixture's sysfs to find the GPU.
+                        let mut cmd = self.in_cg(&self.cg, &self.bin)?;
+                        cmd.arg("run")
+                            .arg("--")
+                            .arg(self.tool("spawn"))
+                            .arg(STATS_LAUNCHES.to_string())
+                            .arg(self.cfg.cpu.to_string())
+                            .arg(&self.true_bin);
+                        self.harness(cmd, "gpuctl run -- bench/spawn")?;
+                    }
+                    let after = self.prog_stats()?;
+                    for (id, (ty, rt, _)) in after.into_iter().filter(|p| ids.contains(&p.0)) {
+                        let name = prog_label(&names, id, ty);
+                        if !["fork", "exec", "exit"].iter().any(|h| name.contains(h)) {
+                            continue;
+                        }
+                        let rt0 = before.get(&id).map_or(0, |b| b.1);
+                        r.grant_hooks
+                            .entry((label.clone(), name, kind))
+                            .or_default()
+                            .push(rt.saturating_sub(rt0) as f64 / STATS_LAUNCHES as f64);
+                    }
+                }
+                let empty = status_t(self)?;
+                let mut filler = Command::new(&self.bin)
+                    .arg("run")
+                    .arg("--")
+                    .arg(&me)
+                    .arg("--fill")
+                    .arg(fill_n.to_string())
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .spawn()
+                    .context("starting gpuctl run -- bench --fill")?;
+                let mut line = String::new();
+                if let Some(out) = filler.stdout.as_mut() {
+                    let mut one = [0u8; 1];
+                    while out.read(&mut one).unwrap_or(0) == 1 && one[0] != b'\n' {
+                        line.push(one[0] as char);
+                    }
+                }
+                let s = self.status()?;
+                let shown = s["grants"].as_array().map_or(0, Vec::len) as u64;
+                let held = shown + s["grants_not_listed"].as_u64().unwrap_or(0);
+                r.grant_fill.insert(label.clone(), held);
+                let kernel = s["grant_share"]["kernel_grants"].as_u64();
+                if kernel.is_some_and(|k| held < k) {
+                    self.broken(format!(
+                        "status counts {held} grants, the kernel {kernel:?} from its hooks"
+                    ));
+                }
+                progress(&format!(
+                    "{label}: {held} grants held, {} refused (map full), share {}",
+                    s["grants_refused_map_full"], s["grant_share"]
+                ));
+                let full = status_t(self);
+                drop(filler.stdin.take());
+                let _ = filler.wait();
+                let full = full?;
+                match line
+                    .strip_prefix("ready ")
+                    .and_then(|n| n.parse::<u64>().ok())
+                {
+                    Some(n) if n + 1 >= fill_n => {}
+                    Some(n) => progress(&format!(
+                        "bench --fill forked {n} of {fill_n} (fork failed: a task limit?)"
+                    )),
+                    None => self.broken(format!("bench --fill said {line:?}")),
+                }
+                r.grant_status
+                    .entry(label.clone())
+                    .or_default()
+                    .push((empty.0, full.0));
+                r.grant_get
+                    .entry(label.clone())
+                    .or_default()
+                    .push((empty.1, full.1));
+                self.daemon_stop()?;
+            }
+        }
+        self.bin = this;
+        self.stats_restore()
+    }
+
     /// The saved mode is integrated (the next start loads, fills and
     /// attaches before READY=1): one start and `set integrated`.
     fn set_saved_integrated(&mut self) -> Result<()> {
@@ -2068,6 +2236,44 @@ impl Results {
                 ),
                 "—",
                 "info (holder scan: issue 18)",
+            );
+        }
+    }
+
+    fn grant_rows(&self, tab: &mut Table) {
+        for (label, v) in &self.grant_status {
+            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
+            let (m, lo, hi) = summ(&ratios);
+            let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
+            let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            let n = self.grant_fill.get(label).copied().unwrap_or(0);
+            tab.row(
+                format!("gpuctl status --json, full grant map ({n} grants) ÷ empty ({label})"),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
+                    fmt_ns(f),
+                    fmt_ns(e)
+                ),
+                "about ×1",
+                if m <= 1.5 { "ok" } else { "MISS" },
+            );
+        }
+        for (label, v) in &self.grant_get {
+            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
+            let (m, lo, hi) = summ(&ratios);
+            tab.row(
+                format!("gpuctl get, full grant map ÷ empty ({label}; control: reads no grant)"),
+                format!("×{m:.2} (rounds ×{lo:.2}–×{hi:.2})"),
+                "—",
+                "info",
+            );
+        }
+        for ((label, name, kind), v) in &self.grant_hooks {
+            tab.row(
+                format!("{name} per {kind} launch, smart ({label})"),
+                format!("{} (median of {})", fmt_ns(median(v)), v.len()),
+                "—",
+                "info",
             );
         }
     }

@@ -49,8 +49,9 @@ pub const LOG_DEBUG: u32 = 2;
 const GRANT_RUN: u16 = 1;
 const GRANT_ENV: u16 = 2;
 const GRANT_APP: u16 = 3;
-/// `grant.flags`: `GPUCTL_GRANT_ONLY`.
+/// `grant.flags`: `GPUCTL_GRANT_ONLY`, `GPUCTL_GRANT_KERNEL`.
 const GRANT_ONLY: u16 = 1;
+const GRANT_KERNEL: u16 = 2;
 /// `grant.session` of a process in no login session (`GPUCTL_NO_SESSION`).
 pub const NO_SESSION: u32 = 0xffff_ffff;
 
@@ -96,6 +97,7 @@ plain_types!(
     g::dev_rule,
     g::file_key,
     g::grant,
+    g::uid_grants,
     g::app_rule,
     g::env_key,
     g::deny_event,
@@ -228,11 +230,12 @@ impl From<&Grant> for g::grant {
         g::grant {
             gpus: gr.gpus,
             how: gr.how.raw(),
-            flags: if gr.only { GRANT_ONLY } else { 0 },
+            flags: if gr.only { GRANT_ONLY } else { 0 }
+                | if gr.inherited { GRANT_KERNEL } else { 0 },
             start: gr.start,
             // Filled in by `Enforcer::grant` from /proc/<pid>/sessionid.
             session: NO_SESSION,
-            pad: 0,
+            uid: gr.uid,
         }
     }
 }
@@ -245,6 +248,8 @@ pub fn grant(pid: u32, v: &g::grant) -> Grant {
         how: GrantHow::from_raw(v.how),
         only: v.flags & GRANT_ONLY != 0,
         start: v.start,
+        uid: v.uid,
+        inherited: v.flags & GRANT_KERNEL != 0,
     }
 }
 
@@ -375,6 +380,7 @@ mod tests {
             (gpuctl, "GPUCTL_GRANT_ENV", GRANT_ENV.into()),
             (gpuctl, "GPUCTL_GRANT_APP", GRANT_APP.into()),
             (gpuctl, "GPUCTL_GRANT_ONLY", GRANT_ONLY.into()),
+            (gpuctl, "GPUCTL_GRANT_KERNEL", GRANT_KERNEL.into()),
             (
                 gpuctl,
                 "GPUCTL_RULE_GRANTABLE",
@@ -452,11 +458,11 @@ mod tests {
 
     #[test]
     fn grants_round_trip() {
-        for (how, only) in [
-            (GrantHow::Run, false),
-            (GrantHow::Env, true),
-            (GrantHow::App, false),
-            (GrantHow::Unknown, true),
+        for (how, only, inherited) in [
+            (GrantHow::Run, false, false),
+            (GrantHow::Env, true, true),
+            (GrantHow::App, false, true),
+            (GrantHow::Unknown, true, false),
         ] {
             let gr = Grant {
                 pid: 7,
@@ -464,6 +470,8 @@ mod tests {
                 how,
                 only,
                 start: 123_456,
+                uid: 1000,
+                inherited,
             };
             let v = g::grant::from(&gr);
             let back = read::<g::grant>(bytes(&v)).unwrap();

@@ -97,6 +97,62 @@ pub struct Options {
     pub max_grants: u32,
 }
 
+/// Entries read per system call when the grant map is read whole.
+const GRANT_BATCH: u32 = 1024;
+
+/// Every key and value of a hash map (concatenated), read with
+/// `BPF_MAP_LOOKUP_BATCH`, [`GRANT_BATCH`] entries per call at most.
+/// (libbpf-rs's batch iterator takes a short batch for the last one, and a
+/// hash map's batch stops at a bucket's end: it lost most of a full map.)
+fn lookup_all<M: MapCore>(map: &M) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
+    use libbpf_rs::libbpf_sys;
+    let (ksz, vsz) = (map.key_size() as usize, map.value_size() as usize);
+    let n = GRANT_BATCH as usize;
+    let (mut keys, mut vals) = (Vec::new(), Vec::new());
+    let (mut kbuf, mut vbuf) = (vec![0u8; ksz * n], vec![0u8; vsz * n]);
+    // The batch token of a hash map is a bucket index (a u32); a key-sized
+    // buffer holds it (every key here is at least 4 bytes).
+    let (mut token_in, mut token_out) = (vec![0u8; ksz.max(4)], vec![0u8; ksz.max(4)]);
+    let mut first = true;
+    loop {
+        let mut count = GRANT_BATCH;
+        let opts = libbpf_sys::bpf_map_batch_opts {
+            sz: std::mem::size_of::<libbpf_sys::bpf_map_batch_opts>() as _,
+            ..Default::default()
+        };
+        // SAFETY: every buffer is valid for what the call writes: `count`
+        // keys into `kbuf` and values into `vbuf` (sized for GRANT_BATCH),
+        // one token into `token_out`; `token_in` is read only after the
+        // first call; `opts` is a valid, sized options struct.
+        let ret = unsafe {
+            libbpf_sys::bpf_map_lookup_batch(
+                map.as_fd().as_raw_fd(),
+                if first {
+                    std::ptr::null_mut()
+                } else {
+                    token_in.as_mut_ptr().cast()
+                },
+                token_out.as_mut_ptr().cast(),
+                kbuf.as_mut_ptr().cast(),
+                vbuf.as_mut_ptr().cast(),
+                &mut count,
+                &opts,
+            )
+        };
+        let got = (count as usize).min(n);
+        keys.extend_from_slice(&kbuf[..got * ksz]);
+        vals.extend_from_slice(&vbuf[..got * vsz]);
+        match -ret {
+            0 => {}
+            // The end: `count` holds what the last call read.
+            libc::ENOENT => return Ok((keys, vals)),
+            e => return Err(std::io::Error::from_raw_os_error(e)),
+        }
+        token_in.copy_from_slice(&token_out);
+        first = false;
+    }
+}
+
 /// How a process got its grant (`struct grant.how`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -118,6 +174,15 @@ pub struct Grant {
     /// The process's start time (clock ticks since boot, as in
     /// `/proc/<pid>/stat`): the grant is bound to that process only.
     pub start: u64,
+    /// The real uid it was made for (its owner; the one it is counted
+    /// against when `inherited`).
+    #[serde(default)]
+    pub uid: u32,
+    /// Made by the kernel's fork or exec hook (inherited, `DRI_PRIME`, an
+    /// app rule), counted in its uid's share; `false`: by the daemon
+    /// (`gpuctl run`, a restore). Only the kernel removes such an entry.
+    #[serde(default)]
+    pub inherited: bool,
 }
 
 /// A system program with a role in the kernel's decision (`services`).
@@ -244,6 +309,12 @@ fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
         .grants
         .set_max_entries(opts.max_grants.max(1))
         .context("sizing the grant map")?;
+    let share = super::GrantShare::for_map(opts.max_grants);
+    (
+        rodata.grant_share,
+        rodata.grant_reserve_at,
+        rodata.grant_small,
+    ) = (share.share, share.reserve_at, share.small);
     let lsm = opts.backend == Backend::Lsm;
     open.progs.gpuctl_file_open.set_autoload(lsm);
     open.progs.gpuctl_cgroup_dev.set_autoload(!lsm);
@@ -515,14 +586,34 @@ impl Enforcer {
     /// Grants the process `g.pid` (started at `g.start`) access to the GPUs
     /// in `g.gpus`; every process it forks from now on inherits it.
     /// `Ok(false)`: the grant map is full, and the process stays denied.
+    /// An entry the kernel's hooks made for it (counted in its uid's share)
+    /// is replaced with its count kept: the exit hook gives it back.
     pub fn grant(&self, g: &Grant) -> Result<bool> {
+        let map = &self.skel.maps.grants;
+        let key = g.pid.to_ne_bytes();
         let mut value = types::grant::from(g);
         value.session = session_id(g.pid);
-        let res =
-            self.skel
-                .maps
-                .grants
-                .update(&g.pid.to_ne_bytes(), abi::bytes(&value), MapFlags::ANY);
+        let old = map
+            .lookup(&key, MapFlags::ANY)
+            .ok()
+            .flatten()
+            .and_then(|v| abi::read::<types::grant>(&v))
+            .map(|v| abi::grant(g.pid, &v));
+        if let Some(old) = old.filter(|o| o.inherited) {
+            let mut kept = types::grant::from(&Grant {
+                uid: old.uid,
+                inherited: true,
+                ..g.clone()
+            });
+            kept.session = value.session;
+            match map.update(&key, abi::bytes(&kept), MapFlags::EXIST) {
+                Ok(()) => return Ok(true),
+                // Gone meanwhile (its process exited): a plain insert below.
+                Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("granting pid {}", g.pid)),
+            }
+        }
+        let res = map.update(&key, abi::bytes(&value), MapFlags::ANY);
         match res {
             Ok(()) => Ok(true),
             // E2BIG: the map is at max_entries.
@@ -531,34 +622,91 @@ impl Enforcer {
         }
     }
 
-    /// Removes the grant of `pid`, if there is one.
+    /// Removes the grant of `pid`, if there is one the daemon made. One the
+    /// kernel's hooks made is theirs to remove (at exit or exec), with its
+    /// count: removed here, its uid's count would never come back.
     pub fn revoke(&self, pid: u32) -> Result<()> {
-        match self.skel.maps.grants.delete(&pid.to_ne_bytes()) {
+        let map = &self.skel.maps.grants;
+        let key = pid.to_ne_bytes();
+        let inherited = map
+            .lookup(&key, MapFlags::ANY)
+            .ok()
+            .flatten()
+            .and_then(|v| abi::read::<types::grant>(&v))
+            .is_some_and(|v| abi::grant(pid, &v).inherited);
+        if inherited {
+            return Ok(());
+        }
+        match map.delete(&key) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == libbpf_rs::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e).with_context(|| format!("revoking the grant of pid {pid}")),
         }
     }
 
-    /// Every live grant.
+    /// Every grant in the map, read in batches (a few system calls for a
+    /// full map, not two per entry).
     pub fn grants(&self) -> Vec<Grant> {
         let map = &self.skel.maps.grants;
-        map.keys()
-            .filter_map(|k| {
-                let pid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
-                let v = map.lookup(&k, MapFlags::ANY).ok()??;
-                Some(abi::grant(pid, &abi::read(&v)?))
-            })
-            .collect()
+        let parse = |k: &[u8], v: &[u8]| -> Option<Grant> {
+            let pid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
+            Some(abi::grant(pid, &abi::read(v)?))
+        };
+        match lookup_all(map) {
+            Ok((keys, vals)) => keys
+                .chunks_exact(map.key_size() as usize)
+                .zip(vals.chunks_exact(map.value_size() as usize))
+                .filter_map(|(k, v)| parse(k, v))
+                .collect(),
+            // No batch operations (EINVAL before 5.6): one key at a time.
+            Err(_) => map
+                .keys()
+                .filter_map(|k| parse(&k, &map.lookup(&k, MapFlags::ANY).ok()??))
+                .collect(),
+        }
     }
 
-    fn clear_grants(&self) -> Result<()> {
-        let map = &self.skel.maps.grants;
-        let keys: Vec<Vec<u8>> = map.keys().collect();
-        for k in keys {
-            // A grant can vanish meanwhile (its process exited).
-            let _ = map.delete(&k);
+    /// The kernel's per-uid counts of the hooks' grants (see [`ShareCounts`]).
+    pub fn share_counts(&mut self) -> Result<super::ShareCounts> {
+        let bss = self.bss()?;
+        // SAFETY: valid aligned u64s in the mmap'ed .bss, written by BPF.
+        let (kernel_grants, refused) = unsafe {
+            (
+                std::ptr::read_volatile(&bss.grants_kernel),
+                std::ptr::read_volatile(&bss.grants_over_share),
+            )
+        };
+        let map = &self.skel.maps.uid_grants;
+        let (keys, vals) = lookup_all(map).context("reading the per-uid grant counts")?;
+        let uids = keys
+            .chunks_exact(map.key_size() as usize)
+            .zip(vals.chunks_exact(map.value_size() as usize))
+            .filter_map(|(k, v)| {
+                let uid = u32::from_ne_bytes(k.get(..4)?.try_into().ok()?);
+                let c = abi::read::<types::uid_grants>(v)?;
+                Some((uid, c.held, c.refused))
+            })
+            .collect();
+        Ok(super::ShareCounts {
+            kernel_grants,
+            refused,
+            uids,
+        })
+    }
+
+    /// Empties the grant map and its counts (the hooks are detached).
+    fn clear_grants(&mut self) -> Result<()> {
+        for map in [&self.skel.maps.grants, &self.skel.maps.uid_grants] {
+            let keys: Vec<Vec<u8>> = map.keys().collect();
+            for k in keys {
+                // A grant can vanish meanwhile (its process exited).
+                let _ = map.delete(&k);
+            }
         }
+        let bss = self.bss()?;
+        // SAFETY: valid aligned u64 in the mmap'ed .bss; the hooks that
+        // write it are detached.
+        unsafe { std::ptr::write_volatile(&mut bss.grants_kernel, 0) };
         Ok(())
     }
 

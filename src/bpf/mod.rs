@@ -12,12 +12,14 @@
 mod abi;
 mod enforcer;
 pub mod power;
+mod share;
 
 pub use abi::MAX_GPUS;
 pub use enforcer::{
     init_logging, Backend, DenyEvent, Enforcer, Grant, GrantHow, KernelHolder, LogLevel, Options,
     Service,
 };
+pub use share::{GrantShare, ShareCounts};
 
 /// The skeletons libbpf-cargo generates in `build.rs`, one module per object.
 /// Generated code: its own lints are not ours.

@@ -246,7 +246,7 @@ fn smart_status(d: &StatusData) -> String {
             "detached"
         },
         if d.env_grants { "on" } else { "off" },
-        grants.len()
+        grants.len() as u64 + d.grants_not_listed
     );
     let full = d.grants_refused_map_full;
     if full > 0 {
@@ -255,6 +255,16 @@ fn smart_status(d: &StatusData) -> String {
         ));
     }
     out.push('\n');
+    if let Some(s) = &d.grant_share {
+        // Each uid's row the caller sees (a plain user: their own).
+        for u in s.uids.iter().filter(|u| u.refused > 0) {
+            out.push_str(&format!(
+                "uid {}: {} process(es) denied their inherited grant: over this user's share \
+                 of the grant map ({} at once; holds {})\n",
+                u.uid, u.refused, s.share, u.inherited
+            ));
+        }
+    }
     if !grants.is_empty() {
         let rows: Vec<Vec<String>> = grants
             .iter()
@@ -271,6 +281,13 @@ fn smart_status(d: &StatusData) -> String {
         out.push_str(&render(
             &["PID", "COMMAND", "GRANTED BY", "GPUS", ""],
             &rows,
+        ));
+    }
+    if d.grants_not_listed > 0 {
+        out.push_str(&format!(
+            "... and {} more (the first {} are listed)\n",
+            d.grants_not_listed,
+            grants.len()
         ));
     }
     out

@@ -9,11 +9,21 @@
 //!   pidfd of it from accept (`SO_PEERPIDFD`, or `pidfd_open`), reads its
 //!   start time while the pidfd shows it alive (so the pid is still its), and
 //!   checks again after the insert (an exit in between removes the entry).
-//! - **Sweep**: entries whose process is gone (or whose pid now belongs to
-//!   another process) are removed on grant requests (at most once a second),
-//!   on `status`, and before a grant that found the map full.
+//! - **Exit**: the kernel's exit hook removes a process's entry when its
+//!   last thread exits, so the map holds live processes' grants. Nothing on
+//!   a request's path reads `/proc` per grant (issue 21): `status` reads the
+//!   map in batches, with each entry's owner in it, and names (`comm`) only
+//!   the grants it lists.
+//! - **Sweep**: an entry the daemon made (`run`, a restore) whose process
+//!   exited before it was written is left behind; such entries are removed
+//!   when a `run` finds the map full or its uid at its cap (at most once a
+//!   second), and at a clean stop. Entries the kernel's hooks made are
+//!   theirs to remove (they are counted, see below).
 //! - **Per uid**: one uid holds at most [`PER_UID_RUN_GRANTS`] grants made by
-//!   `gpuctl run` (root: no cap).
+//!   `gpuctl run` (root: no cap), counted from the map (each entry names
+//!   its uid); the grants the kernel's hooks make (inherited at fork,
+//!   `DRI_PRIME`, app rules) are counted apart, in the kernel, against each
+//!   uid's share of the map ([`crate::bpf::GrantShare`]; issue 18).
 //! - **Restart**: on a clean stop the grants are saved with the boot id; the
 //!   next daemon re-installs those whose process still runs with the same
 //!   start time, and grants the processes they forked while no daemon ran.
@@ -22,8 +32,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::proto::data::{GrantGpus, GrantView};
-use crate::proto::redact::{withhold, Viewer};
+use crate::proto::data::{GrantGpus, GrantShareView, GrantView, UidGrants, GRANTS_LISTED};
+use crate::proto::redact::Viewer;
 use serde::{Deserialize, Serialize};
 
 use super::auth::{self, Peer};
@@ -99,10 +109,19 @@ struct SavedGrants {
 /// daemon ran; it inherits that grant, as the fork hook would have done).
 /// `procs` is every live process (pid → facts).
 pub fn restorable(saved: &[Grant], saved_at: u64, procs: &BTreeMap<u32, ProcInfo>) -> Vec<Grant> {
+    // Re-installed by the daemon: counted in no uid's kernel share (that
+    // count started again with the new map), owned by the process's uid.
     let mut by_pid: BTreeMap<u32, Grant> = saved
         .iter()
-        .filter(|g| procs.get(&g.pid).is_some_and(|p| p.start == g.start))
-        .map(|g| (g.pid, g.clone()))
+        .filter_map(|g| {
+            let p = procs.get(&g.pid).filter(|p| p.start == g.start)?;
+            let g = Grant {
+                uid: p.uid,
+                inherited: false,
+                ..g.clone()
+            };
+            Some((g.pid, g))
+        })
         .collect();
     let live: BTreeMap<u32, Grant> = by_pid.clone();
     for (&pid, info) in procs {
@@ -125,6 +144,7 @@ pub fn restorable(saved: &[Grant], saved_at: u64, procs: &BTreeMap<u32, ProcInfo
                     Grant {
                         pid,
                         start: info.start,
+                        uid: info.uid,
                         ..g.clone()
                     },
                 );
@@ -168,22 +188,25 @@ impl Grants {
         }
     }
 
-    /// Removes grants whose process is gone or whose pid now belongs to
-    /// another process. Returns the live grants with their owners' uids.
-    pub fn sweep(&mut self, enforcer: &Enforcer) -> Vec<(Grant, Option<u32>)> {
+    /// Removes the entries the daemon made whose process is gone or whose
+    /// pid now belongs to another process (one `/proc` read each; the
+    /// kernel's own entries are not looked at: its exit hook removes them).
+    fn sweep(&mut self, enforcer: &Enforcer) {
         self.last_sweep = Some(Instant::now());
-        let mut live = Vec::new();
-        for g in enforcer.grants() {
-            match proc_info(g.pid) {
-                Some(p) if p.start == g.start => live.push((g, Some(p.uid))),
-                _ => {
-                    if let Err(e) = enforcer.revoke(g.pid) {
-                        log!("{e:#}");
-                    }
+        for g in enforcer.grants().into_iter().filter(|g| !g.inherited) {
+            if proc_info(g.pid).is_none_or(|p| p.start != g.start) {
+                if let Err(e) = enforcer.revoke(g.pid) {
+                    log!("{e:#}");
                 }
             }
         }
-        live
+    }
+
+    /// A sweep, unless one ran less than [`SWEEP_EVERY`] ago.
+    fn sweep_if_due(&mut self, enforcer: &Enforcer) {
+        if self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
+            self.sweep(enforcer);
+        }
     }
 
     /// `gpuctl run`: grants the caller's own process (the one that
@@ -214,18 +237,20 @@ impl Grants {
         let Some(info) = info.filter(|_| auth::alive(pidfd)) else {
             return Err(gone());
         };
-        self.sweep_and_cap(enforcer, peer.uid)?;
+        self.cap(enforcer, peer.uid)?;
         let g = Grant {
             pid,
             gpus: 1 << gpu.id,
             how: GrantHow::Run,
             only,
             start: info.start,
+            uid: peer.uid,
+            inherited: false,
         };
         let mut stored = enforcer.grant(&g)?;
         if !stored {
-            // Full: drop the dead, then try once more.
-            self.sweep(enforcer);
+            // Full: drop what the dead left, then try once more.
+            self.sweep_if_due(enforcer);
             stored = enforcer.grant(&g)?;
         }
         if !stored {
@@ -243,28 +268,25 @@ impl Grants {
         Ok(())
     }
 
-    /// Before a grant: sweeps if one is due, and refuses a plain user who
-    /// already holds [`PER_UID_RUN_GRANTS`] grants from `gpuctl run`. The
-    /// per-uid count needs every grant's owner, which the sweep reads
-    /// anyway: one /proc read per grant, not two.
-    fn sweep_and_cap(&mut self, enforcer: &Enforcer, uid: u32) -> Result<(), Rejection> {
-        let due = self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY);
-        let live = if due || uid != 0 {
-            self.sweep(enforcer)
-        } else {
-            Vec::new()
-        };
-        if uid != 0 {
-            let mine = live
-                .iter()
-                .filter(|(g, owner)| g.how == GrantHow::Run && *owner == Some(uid))
-                .count();
-            if mine >= PER_UID_RUN_GRANTS {
-                return Err(Rejection::Refused(format!(
-                    "refused: uid {uid} already holds {mine} grants from `gpuctl run` (at most \
-                     {PER_UID_RUN_GRANTS} per user)"
-                )));
-            }
+    /// Before a grant: refuses a plain user who already holds
+    /// [`PER_UID_RUN_GRANTS`] grants from `gpuctl run`, counted from the
+    /// map's entries (each names its uid; no `/proc` read). At the cap, a
+    /// due sweep first drops entries of processes that are gone.
+    fn cap(&mut self, enforcer: &Enforcer, uid: u32) -> Result<(), Rejection> {
+        if uid == 0 {
+            return Ok(());
+        }
+        let mine = |e: &Enforcer| run_grants_of(&e.grants(), uid);
+        let mut n = mine(enforcer);
+        if n >= PER_UID_RUN_GRANTS {
+            self.sweep_if_due(enforcer);
+            n = mine(enforcer);
+        }
+        if n >= PER_UID_RUN_GRANTS {
+            return Err(Rejection::Refused(format!(
+                "refused: uid {uid} already holds {n} grants from `gpuctl run` (at most \
+                 {PER_UID_RUN_GRANTS} per user)"
+            )));
         }
         Ok(())
     }
@@ -276,7 +298,12 @@ impl Grants {
             let _ = std::fs::remove_file(&path);
             return;
         }
-        let grants: Vec<Grant> = self.sweep(enforcer).into_iter().map(|(g, _)| g).collect();
+        // At a stop, not on a request: one /proc read per grant is fine.
+        let grants: Vec<Grant> = enforcer
+            .grants()
+            .into_iter()
+            .filter(|g| proc_info(g.pid).is_some_and(|p| p.start == g.start))
+            .collect();
         let Some(boot_id) = boot_id() else {
             return;
         };
@@ -345,34 +372,88 @@ impl Grants {
 
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
-    pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64) {
-        let mut live = self.sweep(enforcer);
-        live.sort_by_key(|(g, _)| g.pid);
-        let views = live.into_iter().map(|(g, uid)| GrantView {
-            pid: g.pid,
-            comm: None,
-            uid,
-            how: Some(g.how),
-            only: g.only,
-            gpus: if g.gpus == u32::MAX {
-                GrantGpus::All
-            } else {
-                GrantGpus::Ids(
-                    (0..bpf::MAX_GPUS)
-                        .filter(|i| g.gpus & (1 << i) != 0)
-                        .collect(),
-                )
-            },
-        });
-        // The command name is read only for the grants shown.
-        let (mut shown, hidden) = withhold(views.collect(), viewer);
-        for v in &mut shown {
-            v.comm = std::fs::read_to_string(format!("/proc/{}/comm", v.pid))
-                .map(|c| c.trim().to_string())
-                .ok();
+    /// At most [`GRANTS_LISTED`] are listed (the lowest pids; the third
+    /// value counts the rest), and only those are named from `/proc`: a
+    /// full map costs a few batched map reads, not a `/proc` walk.
+    pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
+        // Counted and cut on the raw entries: a view (and its allocations)
+        // is made only for the grants listed.
+        let (mut shown, others): (Vec<Grant>, Vec<Grant>) = enforcer
+            .grants()
+            .into_iter()
+            .partition(|g| viewer.sees(Some(g.uid)));
+        let hidden = others.len() as u64;
+        let not_listed = shown.len().saturating_sub(GRANTS_LISTED) as u64;
+        if shown.len() > GRANTS_LISTED {
+            shown.select_nth_unstable_by_key(GRANTS_LISTED, |g| g.pid);
+            shown.truncate(GRANTS_LISTED);
         }
-        (shown, hidden)
+        shown.sort_unstable_by_key(|g| g.pid);
+        let views = shown
+            .into_iter()
+            .map(|g| GrantView {
+                // The command name is read only for the grants listed.
+                comm: std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
+                    .map(|c| c.trim().to_string())
+                    .ok(),
+                pid: g.pid,
+                uid: Some(g.uid),
+                how: Some(g.how),
+                only: g.only,
+                gpus: if g.gpus == u32::MAX {
+                    GrantGpus::All
+                } else {
+                    GrantGpus::Ids(
+                        (0..bpf::MAX_GPUS)
+                            .filter(|i| g.gpus & (1 << i) != 0)
+                            .collect(),
+                    )
+                },
+            })
+            .collect();
+        (views, hidden, not_listed)
     }
+
+    /// The kernel's per-uid counts and the limits (`status`; redacted for
+    /// the viewer by the caller). `None` if the counters cannot be read.
+    pub fn share_view(enforcer: &mut Enforcer, max_grants: u32) -> Option<GrantShareView> {
+        let c = match enforcer.share_counts() {
+            Ok(c) => c,
+            Err(e) => {
+                log!("{e:#}");
+                return None;
+            }
+        };
+        let s = bpf::GrantShare::for_map(max_grants);
+        let mut uids: Vec<UidGrants> = c
+            .uids
+            .into_iter()
+            .filter(|&(_, held, refused)| held > 0 || refused > 0)
+            .map(|(uid, inherited, refused)| UidGrants {
+                uid,
+                inherited,
+                refused,
+            })
+            .collect();
+        uids.sort_by_key(|u| u.uid);
+        Some(GrantShareView {
+            share: s.share,
+            reserve_at: s.reserve_at,
+            small: s.small,
+            kernel_grants: c.kernel_grants,
+            refused: c.refused,
+            uids,
+        })
+    }
+}
+
+/// `gpuctl run` grants of `uid` among `grants` (the kernel's own entries,
+/// inherited ones included, are counted apart, against its share).
+fn run_grants_of(grants: &[Grant], uid: u32) -> usize {
+    grants
+        .iter()
+        .filter(|g| !g.inherited && g.how == GrantHow::Run && g.uid == uid)
+        .count()
 }
 
 #[cfg(test)]
@@ -397,6 +478,8 @@ mod tests {
             how: GrantHow::Run,
             only: false,
             start,
+            uid: 0,
+            inherited: false,
         }
     }
 
@@ -425,5 +508,30 @@ mod tests {
         let got: Vec<(u32, u64)> = r.iter().map(|g| (g.pid, g.start)).collect();
         assert_eq!(got, vec![(100, 50), (101, 150), (102, 160)]);
         assert!(r.iter().all(|x| x.gpus == 2 && x.how == GrantHow::Run));
+        // Owned by the live process's uid, and the daemon's (not counted in
+        // a kernel share), whatever the saved file said.
+        assert!(r.iter().all(|x| x.uid == 1000 && !x.inherited));
+    }
+
+    #[test]
+    fn the_run_cap_counts_run_grants_only() {
+        let mk = |uid, how, inherited| Grant {
+            uid,
+            how,
+            inherited,
+            ..g(1, 1)
+        };
+        let grants = [
+            mk(1000, GrantHow::Run, false),
+            mk(1000, GrantHow::Run, false),
+            // Inherited from a `run` grant: the kernel's, in its share.
+            mk(1000, GrantHow::Run, true),
+            mk(1000, GrantHow::Env, true),
+            mk(1000, GrantHow::App, true),
+            mk(1001, GrantHow::Run, false),
+        ];
+        assert_eq!(run_grants_of(&grants, 1000), 2);
+        assert_eq!(run_grants_of(&grants, 1001), 1);
+        assert_eq!(run_grants_of(&grants, 0), 0);
     }
 }

@@ -140,6 +140,14 @@ pub struct StatusData {
     pub grants_hidden: u64,
     #[serde(default)]
     pub grants_refused_map_full: u64,
+    /// How many grants the caller may see that `grants` does not list (it
+    /// lists the first [`GRANTS_LISTED`] by pid).
+    #[serde(default)]
+    pub grants_not_listed: u64,
+    /// Each uid's share of the grant map (issue 18); `null` from an older
+    /// daemon.
+    #[serde(default)]
+    pub grant_share: Option<GrantShareView>,
     #[serde(default)]
     pub env_grants: bool,
     #[serde(default)]
@@ -449,6 +457,39 @@ pub struct GrantView {
     #[serde(default)]
     pub only: bool,
     pub gpus: GrantGpus,
+}
+
+/// Most grants `status` lists (the rest is counted in `grants_not_listed`):
+/// a full map of 8192 would make every tray's `status` a megabyte.
+pub const GRANTS_LISTED: usize = 64;
+
+/// The grant map's per-uid limits and the kernel's counts (`status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct GrantShareView {
+    /// Grants from the fork/exec hooks one plain uid may hold.
+    pub share: u32,
+    /// Once the hooks' grants fill this many entries ...
+    pub reserve_at: u32,
+    /// ... only a uid holding fewer than this many gets one more.
+    pub small: u32,
+    /// The hooks' grants in the map now (every uid's).
+    pub kernel_grants: u64,
+    /// Grants the hooks refused because a uid held its share.
+    pub refused: u64,
+    /// Per plain uid (a plain user sees their own row only).
+    pub uids: Vec<UidGrants>,
+}
+
+/// One uid's count in [`GrantShareView`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct UidGrants {
+    pub uid: u32,
+    /// Grants from the hooks it holds now (inherited, `DRI_PRIME`, apps).
+    pub inherited: u64,
+    /// Grants refused to it because it held its share.
+    pub refused: u64,
 }
 
 /// The GPUs of a grant: `"all"`, or the ids.
@@ -817,6 +858,8 @@ public!(
         "grants",
         "grants_hidden",
         "grants_refused_map_full",
+        "grants_not_listed",
+        "grant_share",
         "env_grants",
         "blocked_nodes",
         "gpus",
@@ -827,6 +870,7 @@ public!(
         let (grants, hidden) = withhold(s.grants, v);
         s.grants = grants;
         s.grants_hidden += hidden;
+        s.grant_share = s.grant_share.map(|g| g.for_viewer(v));
         s.gpus = each(s.gpus, v);
         s
     }
@@ -962,6 +1006,27 @@ public!(
     }
 );
 public!(Subscribed, ["subscribed"]);
+public!(
+    GrantShareView,
+    [
+        "share",
+        "reserve_at",
+        "small",
+        "kernel_grants",
+        "refused",
+        "uids"
+    ],
+    |g, v| {
+        g.uids = withhold(g.uids, v).0;
+        g
+    }
+);
+
+impl Withheld for UidGrants {
+    fn owner(&self) -> Option<u32> {
+        Some(self.uid)
+    }
+}
 
 impl Withheld for GrantView {
     fn owner(&self) -> Option<u32> {

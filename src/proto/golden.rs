@@ -212,6 +212,7 @@ fn every_documented_key_has_a_privacy_decision() {
         ),
         ("status", "/gpus/1/runtime_pm/watched/0", check::<Watched>),
         ("status", "/power_monitor", check::<PowerMonitor>),
+        ("status", "/grant_share", check::<GrantShareView>),
         ("status", "/power_monitor/programs/0", check::<ProgramStats>),
         ("who", "", check::<WhoData>),
         ("grant", "", check::<GrantData>),

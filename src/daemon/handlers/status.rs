@@ -1,5 +1,6 @@
 //! `list` and `status`.
 
+use super::super::grants::Grants;
 use super::super::server::Conn;
 use super::super::{push, Daemon};
 use super::viewer;
@@ -30,8 +31,10 @@ pub(super) fn list(d: &mut Daemon, viewer: Viewer) -> ListData {
 }
 
 pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejection> {
-    let (grants, grants_hidden) = d.grants.view(&d.core.enforcer, viewer(conn));
+    let (grants, grants_hidden, grants_not_listed) = d.grants.view(&d.core.enforcer, viewer(conn));
     let grants_full = d.core.enforcer.grants_full().unwrap_or(0);
+    let max_grants = d.core.config().max_grants;
+    let grant_share = Grants::share_view(&mut d.core.enforcer, max_grants);
     let denied = d.core.enforcer.denied_counts()?;
     let mut gpus: Vec<StatusGpu> = d
         .core
@@ -76,6 +79,8 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
         grants,
         grants_hidden,
         grants_refused_map_full: grants_full,
+        grants_not_listed,
+        grant_share,
         env_grants: core.config().env_grants,
         blocked_nodes: core
             .plan()

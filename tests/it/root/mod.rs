@@ -7,6 +7,7 @@ mod chipset;
 mod daemon;
 mod desktop;
 mod envgrant;
+mod grant_share;
 mod hostile;
 mod logind;
 mod power;
