@@ -16,7 +16,7 @@ pub mod power;
 pub use abi::MAX_GPUS;
 pub use enforcer::{
     init_logging, Backend, DenyEvent, Enforcer, Grant, GrantHow, KernelHolder, LogLevel, Options,
-    Service,
+    Preload, Service,
 };
 
 /// The skeletons libbpf-cargo generates in `build.rs`, one module per object.
