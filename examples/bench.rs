@@ -967,7 +967,9 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         r.launch_rows(&mut tab);
         r.control_rows(&mut tab, &b.cfg);
     }
-    r.limit_rows(&mut tab, &b.cfg);
+    if only != "boot" {
+        r.limit_rows(&mut tab, &b.cfg);
+    }
     r.boot_rows(&mut tab);
     tab.print();
     if !only_limits {
