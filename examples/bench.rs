@@ -23,7 +23,11 @@
 //! BENCH_UEVENTS (1000) unrelated uevents per sample, BENCH_BURST (100) PCI uevents per
 //! burst, BENCH_PROCS (5000) extra processes, BENCH_LIMIT_ROUNDS (3), BENCH_BASELINE (unset;
 //! a second gpuctl measured in the same interleaved rounds: before/after in one run),
-//! BENCH_ONLY=limits (that phase alone).
+//! BENCH_ONLY=limits (that phase alone). The boot phase: BENCH_BOOT_ROUNDS (5) interleaved
+//! starts of the daemon and of bench/minload (the needed-only loader) per saved mode, and
+//! BENCH_BUSY (the CPU count) busy loops for the start under load; BENCH_ONLY=boot (that
+//! phase alone); BENCH_LIBBPF (the libbpf-sys build of `make static` under target/) the
+//! directory with the libbpf.a and include/ bench/minload is linked with.
 
 // Test and bench code: a failed step panics, which is how the harness reports it
 // (the crate's unwrap/expect lints are for the shipped binary's runtime paths).
@@ -305,6 +309,9 @@ struct Cfg {
     /// A second gpuctl (e.g. main's `make static`) measured in the same
     /// rounds of the limits phase, interleaved: before/after in one run.
     baseline: Option<PathBuf>,
+    /// The boot phase: rounds, busy loops for the start under load.
+    boot_rounds: usize,
+    busy: usize,
 }
 
 struct Daemon {
@@ -895,6 +902,10 @@ struct Results {
     grant_hooks: BTreeMap<(String, String, &'static str), Vec<f64>>,
     /// A PCI device's uevent file written for the burst; None: no PCI here.
     burst_dev: Option<PathBuf>,
+    /// The boot phase: (case, binary label) → (daemon, needed-only loader)
+    /// start to READY=1 per round, ns; or why bench/minload is missing.
+    boot: BTreeMap<(String, String), Vec<(f64, f64)>>,
+    boot_missing: Option<String>,
 }
 
 impl Results {
@@ -949,6 +960,8 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         burst: knob("BENCH_BURST", 100)?,
         procs: knob("BENCH_PROCS", 5000)?,
         limit_rounds: knob("BENCH_LIMIT_ROUNDS", 3)?.max(1) as usize,
+        boot_rounds: knob("BENCH_BOOT_ROUNDS", 5)?.max(1) as usize,
+        busy: knob("BENCH_BUSY", nproc as u64)? as usize,
         baseline: std::env::var_os("BENCH_BASELINE")
             .filter(|v| !v.is_empty())
             .map(|v| fs::canonicalize(&v))
@@ -969,7 +982,7 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
     // BENCH_ONLY=limits: the limits phase alone (e.g. for a before/after
     // with BENCH_BASELINE without the rest of the run).
     let only = std::env::var("BENCH_ONLY").unwrap_or_default();
-    let only_limits = only == "limits" || only == "grants";
+    let only_limits = only == "limits" || only == "grants" || only == "boot";
     if !only_limits {
         b.conditions(&mut r)?;
         b.openat_rounds(&mut r)?;
@@ -980,10 +993,15 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         b.startups(&mut r)?;
         b.pm_and_idle(&mut r)?;
     }
-    if only != "grants" {
+    if only != "grants" && only != "boot" {
         b.limits(&mut r)?;
     }
-    b.grant_map(&mut r)?;
+    if only != "boot" {
+        b.grant_map(&mut r)?;
+    }
+    if only != "grants" {
+        b.boot(&mut r)?;
+    }
 
     let mut tab = Table(Vec::new());
     if !only_limits {
@@ -993,8 +1011,15 @@ fn run(args: &[String], slot: &mut Option<Bench>) -> Result<bool> {
         r.launch_rows(&mut tab);
         r.control_rows(&mut tab, &b.cfg);
     }
-    r.limit_rows(&mut tab, &b.cfg);
-    r.grant_rows(&mut tab);
+    if only != "grants" && only != "boot" {
+        r.limit_rows(&mut tab, &b.cfg);
+    }
+    if only != "boot" {
+        r.grant_rows(&mut tab);
+    }
+    if only != "grants" {
+        r.boot_rows(&mut tab);
+    }
     tab.print();
     if !only_limits {
         b.print_conditions(&r, &load0, t_begin)?;
@@ -1699,9 +1724,200 @@ impl Bench {
     /// The saved mode is integrated (the next start loads, fills and
     /// attaches before READY=1): one start and `set integrated`.
     fn set_saved_integrated(&mut self) -> Result<()> {
+        self.set_saved("integrated")
+    }
+
+    fn set_saved(&mut self, mode: &str) -> Result<()> {
         self.daemon_start()?;
-        self.set_mode("integrated")?;
+        self.set_mode(mode)?;
         self.daemon_stop()
+    }
+
+    /// bench/minload (the needed-only loader) and the object it loads:
+    /// bpf/gpuctl.bpf.c compiled and linked as libbpf-cargo does for the
+    /// skeleton, and the loader linked with `make static`'s libbpf build
+    /// (static PIE, as gpuctl). Err: why not (the boot rows say it).
+    fn build_minload(&self) -> Result<()> {
+        let lb = match std::env::var_os("BENCH_LIBBPF").filter(|v| !v.is_empty()) {
+            Some(d) => PathBuf::from(d),
+            None => {
+                let build = Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("target/x86_64-unknown-linux-gnu/release/build");
+                let mut found: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&build)
+                    .with_context(|| format!("reading {}", build.display()))?
+                    .filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("libbpf-sys-"))
+                    .map(|e| e.path().join("out"))
+                    .filter(|d| d.join("libbpf.a").is_file())
+                    .filter_map(|d| {
+                        Some((fs::metadata(d.join("libbpf.a")).ok()?.modified().ok()?, d))
+                    })
+                    .collect();
+                found.sort();
+                found.pop().map(|(_, d)| d).with_context(|| {
+                    format!(
+                        "no libbpf-sys build with a libbpf.a under {}",
+                        build.display()
+                    )
+                })?
+            }
+        };
+        let inc = lb.join("include");
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let st = Command::new(&cc)
+            .args(["-O2", "-Wall", "-static-pie", "-I"])
+            .arg(&inc)
+            .arg("-o")
+            .arg(self.tool("minload"))
+            .arg(format!("{SRC}/minload.c"))
+            .arg(lb.join("libbpf.a"))
+            .args(["-lelf", "-lz"])
+            .status()
+            .with_context(|| format!("running {cc}"))?;
+        if !st.success() {
+            bail!("building bench/minload.c against {} failed", lb.display());
+        }
+        let clang = std::env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into());
+        let raw = self.work.join("gpuctl.raw.bpf.o");
+        let st = Command::new(&clang)
+            .args([
+                "-Wall",
+                "-Werror",
+                "-fno-stack-protector",
+                "-D__TARGET_ARCH_x86",
+            ])
+            .arg(format!("-I{}/../bpf", SRC))
+            .arg("-I")
+            .arg(&inc)
+            .args(["-g", "-O2", "-target", "bpf", "-c"])
+            .arg(format!("{SRC}/../bpf/gpuctl.bpf.c"))
+            .arg("-o")
+            .arg(&raw)
+            .status()
+            .with_context(|| format!("running {clang}"))?;
+        if !st.success() {
+            bail!("compiling bpf/gpuctl.bpf.c failed");
+        }
+        // Linked, as libbpf-cargo links the skeleton's object (which drops
+        // the DWARF): the same bytes to parse.
+        let mut l = libbpf_rs::Linker::new(self.work.join("gpuctl.bpf.o"))?;
+        l.add_file(&raw)?;
+        l.link()?;
+        Ok(())
+    }
+
+    /// Start to READY=1 of bench/minload loading what `mode` needs (the
+    /// enforcer's first instance with the cgroup backend, as the daemon is
+    /// started here; keep in step with `first_instance` in
+    /// src/bpf/enforcer.rs): integrated loads the cgroup/dev program and
+    /// the file-identity iterator and attaches the first; hybrid loads the
+    /// iterator.
+    fn minload_ready(&self, mode: &str) -> Result<f64> {
+        let report = self.work.join("minload.out");
+        let _ = fs::remove_file(&report);
+        let mut cmd = Command::new(self.tool("ready"));
+        cmd.arg(self.work.join("notify.sock"))
+            .arg(&report)
+            .arg(self.tool("minload"))
+            .arg(self.work.join("gpuctl.bpf.o"))
+            .arg("8192"); // config.rs: the default max_grants
+        match mode {
+            "integrated" => {
+                cmd.arg(&self.cg)
+                    .args(["gpuctl_cgroup_dev", "gpuctl_cgroup_dev", "gpuctl_file_id"])
+            }
+            _ => cmd.args(["-", "-", "gpuctl_file_id"]),
+        };
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .spawn()
+            .context("starting bench/minload")?;
+        for _ in 0..2000 {
+            if report.exists() || !matches!(child.try_wait(), Ok(None)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let line = fs::read_to_string(&report).unwrap_or_default();
+        let pid = kv(line.trim(), "pid").and_then(|p| p.parse::<i32>().ok());
+        let target = pid.unwrap_or(child.id() as i32);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(target),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = child.wait();
+        if pid.is_none() {
+            bail!("bench/minload did not become ready: {}", line.trim());
+        }
+        kvf(line.trim(), "ready_ns")
+    }
+
+    /// h. the boot (issue 21): start to READY=1 of the daemon against the
+    /// needed-only loader, per saved mode, interleaved (the first of the
+    /// pair alternates), and both again under BENCH_BUSY busy loops.
+    fn boot(&mut self, r: &mut Results) -> Result<()> {
+        progress("boot: start to READY=1 vs the needed-only loader");
+        if let Err(e) = self.build_minload() {
+            r.boot_missing = Some(format!("{e:#}"));
+            return Ok(());
+        }
+        let this = self.bin.clone();
+        let mut bins = vec![("this".to_string(), this.clone())];
+        if let Some(b) = &self.cfg.baseline {
+            let copy = self.work.join("gpuctl-baseline");
+            fs::copy(b, &copy).context("copying the baseline binary")?;
+            bins.push(("baseline".to_string(), copy));
+        }
+        let busy_case = format!("integrated, {} busy loops", self.cfg.busy);
+        for round in 0..self.cfg.boot_rounds {
+            for (case, mode, busy) in [
+                ("integrated".to_string(), "integrated", 0),
+                ("hybrid".to_string(), "hybrid", 0),
+                (busy_case.clone(), "integrated", self.cfg.busy),
+            ] {
+                for (label, bin) in &bins {
+                    self.bin = bin.clone();
+                    self.set_saved(mode)?;
+                    let mut loops = Vec::new();
+                    for _ in 0..busy {
+                        loops.push(
+                            Command::new("sh")
+                                .args(["-c", "while :; do :; done"])
+                                .stdin(Stdio::null())
+                                .spawn()
+                                .context("starting a busy loop")?,
+                        );
+                    }
+                    if busy > 0 {
+                        self.sleep(Duration::from_millis(200))?;
+                    }
+                    let pair = |b: &mut Bench, first_daemon: bool| -> Result<(f64, f64)> {
+                        let (mut d, mut m) = (f64::NAN, f64::NAN);
+                        for step in 0..2 {
+                            if (step == 0) == first_daemon {
+                                b.daemon_start()?;
+                                d = b.last_ready_ns;
+                                b.daemon_stop()?;
+                            } else {
+                                m = b.minload_ready(mode)?;
+                            }
+                        }
+                        Ok((d, m))
+                    };
+                    let res = pair(self, round % 2 == 0);
+                    for mut l in loops {
+                        let _ = l.kill();
+                        let _ = l.wait();
+                    }
+                    r.boot
+                        .entry((case.clone(), label.clone()))
+                        .or_default()
+                        .push(res?);
+                }
+            }
+        }
+        self.bin = this;
+        Ok(())
     }
 
     /// f. runtime-PM programs (attached in every mode) and the idle daemon.
@@ -2274,6 +2490,34 @@ impl Results {
                 format!("{} (median of {})", fmt_ns(median(v)), v.len()),
                 "—",
                 "info",
+            );
+        }
+    }
+
+    fn boot_rows(&self, tab: &mut Table) {
+        if let Some(why) = &self.boot_missing {
+            tab.row(
+                "daemon start to READY=1 ÷ the needed-only loader",
+                format!("not measured: {why}"),
+                "≤ ×1.5",
+                "n/a",
+            );
+        }
+        for ((case, label), v) in &self.boot {
+            let ratios: Vec<f64> = v.iter().map(|(d, m)| d / m).collect();
+            let (m, lo, hi) = summ(&ratios);
+            let d = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
+            let l = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            tab.row(
+                format!("start to READY=1 ÷ needed-only loader, saved mode {case} ({label})"),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {}, medians of {})",
+                    fmt_ns(d),
+                    fmt_ns(l),
+                    v.len()
+                ),
+                "≤ ×1.5",
+                if m <= 1.5 { "ok" } else { "MISS" },
             );
         }
     }

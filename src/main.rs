@@ -57,7 +57,7 @@ pub struct Cli {
         long,
         global = true,
         env = "GPUCTL_SOCKET",
-        default_value = "/run/gpuctl/gpuctl.sock"
+        default_value = DEFAULT_SOCKET
     )]
     socket: PathBuf,
     /// Where sysfs is (tests point this at a fixture tree). Hidden from help.
@@ -298,7 +298,36 @@ enum AppCmd {
     },
 }
 
+/// `gpuctl get` with nothing else on the command line, which trays and
+/// scripts run in loops, is answered without building the command-line
+/// parser (clap builds every subcommand's definition first: a large share
+/// of the client's own start-up; issue 21). The socket is found as clap
+/// finds it (`GPUCTL_SOCKET`, else the default; an empty one is clap's
+/// usage error). Anything else, `get --json` included, goes through clap.
+fn plain_get() -> Option<u8> {
+    let mut args = std::env::args_os();
+    args.next()?;
+    if args.next()? != "get" || args.next().is_some() {
+        return None;
+    }
+    let socket = match std::env::var_os("GPUCTL_SOCKET") {
+        None => PathBuf::from(DEFAULT_SOCKET),
+        // clap refuses an empty value (a usage error): let it say so.
+        Some(s) if s.is_empty() => return None,
+        Some(s) => PathBuf::from(s),
+    };
+    // SAFETY: as in `main`: one signal's default disposition, no thread yet.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    Some(cli::get(&socket, false))
+}
+
+/// The daemon's socket unless `--socket`/`GPUCTL_SOCKET` say otherwise.
+const DEFAULT_SOCKET: &str = "/run/gpuctl/gpuctl.sock";
+
 fn main() -> ExitCode {
+    if let Some(code) = plain_get() {
+        return ExitCode::from(code);
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

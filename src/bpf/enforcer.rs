@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{bail, Context, Result};
+use libbpf_rs::skel::Skel;
 use libbpf_rs::skel::{OpenSkel, SkelBuilder};
-use libbpf_rs::{Link, MapCore, MapFlags, RingBuffer, RingBufferBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, ProgramMut, RingBuffer, RingBufferBuilder};
 use serde::{Deserialize, Serialize};
 
 use super::abi::{self, EVENTS_ON, MAX_GPUS, SMART_ENV};
@@ -85,6 +86,7 @@ impl LogLevel {
     }
 }
 
+#[derive(Clone, Debug)]
 pub struct Options {
     pub backend: Backend,
     /// The cgroup-v2 directory to attach to (cgroup backend); `None`: the
@@ -95,6 +97,9 @@ pub struct Options {
     pub daemon_tgid: u32,
     /// Size of the grant map (processes holding a grant at once).
     pub max_grants: u32,
+    /// What the saved mode attaches: loaded with the first instance, before
+    /// READY; the rest comes after READY, or when a plan first needs it.
+    pub preload: Preload,
 }
 
 /// Entries read per system call when the grant map is read whole.
@@ -247,7 +252,17 @@ pub struct DenyEvent {
 /// Owns the loaded BPF object and every attachment. Dropping it detaches
 /// everything (links are never pinned: fail-open if the daemon dies).
 pub struct Enforcer {
+    /// The first instance: every map, and the programs the start needs
+    /// ([`first_instance`]). Maps, `.bss` and `.rodata` are read and written
+    /// through this one only.
     skel: GpuctlSkel<'static>,
+    /// The second instance, once loaded ([`Enforcer::load_rest`]): the
+    /// object's other programs, over the first instance's maps. Its own
+    /// `.bss` mapping is a private copy (libbpf maps a reused map's data
+    /// only in the instance that created it): it is never used.
+    rest: Option<GpuctlSkel<'static>>,
+    /// What the first instance was loaded with (the rest is loaded alike).
+    opts: Options,
     backend: Backend,
     cgroup_path: Option<PathBuf>,
     cgroup: Option<OwnedFd>,
@@ -287,9 +302,52 @@ fn open_cgroup(path: &Path) -> Result<OwnedFd> {
     Ok(OwnedFd::from(f))
 }
 
-/// Opens the embedded object with `.rodata` set and only the programs the
-/// backend needs marked for loading.
-fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
+/// What the saved mode attaches, so what the first instance loads before
+/// READY (issue 21).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preload {
+    /// Nothing attached (hybrid): the lsm backend still loads its hook, to
+    /// prove at start that the kernel attaches it (`--backend auto` falls
+    /// back on that proof).
+    Nothing,
+    /// The backend's blocking program (integrated, manual).
+    Block,
+    /// The blocking program and the smart-mode hooks.
+    Smart,
+}
+
+/// The programs the first instance loads: what `pre` attaches, and the
+/// file-identity iterator (the services' and app rules' executables are
+/// resolved before READY). Every other program of the object, but the
+/// other backend's, is the rest ([`Enforcer::load_rest`]).
+fn first_instance(name: &str, backend: Backend, pre: Preload) -> bool {
+    match name {
+        "gpuctl_file_open" => backend == Backend::Lsm,
+        "gpuctl_cgroup_dev" => backend == Backend::Cgroup && pre != Preload::Nothing,
+        "gpuctl_file_id" => true,
+        "gpuctl_fork" | "gpuctl_exec" | "gpuctl_exit" => pre == Preload::Smart,
+        _ => false,
+    }
+}
+
+/// The other backend's blocking program: never loaded.
+fn other_backend(name: &str, backend: Backend) -> bool {
+    match name {
+        "gpuctl_file_open" => backend != Backend::Lsm,
+        "gpuctl_cgroup_dev" => backend != Backend::Cgroup,
+        _ => false,
+    }
+}
+
+/// Opens the embedded object with `.rodata` set and only the programs
+/// `want` names marked for loading. With `share`, every map of the object is
+/// the one `share` created (`bpf_map__reuse_fd`): a second instance that
+/// loads more programs of the same object over the same maps.
+fn open_skel(
+    opts: &Options,
+    want: &dyn Fn(&str) -> bool,
+    share: Option<&GpuctlSkel<'static>>,
+) -> Result<OpenGpuctlSkel<'static>> {
     // The skeleton borrows its object storage for its whole life; a daemon
     // opens one or two objects per run, so the storage (a few hundred
     // bytes) is leaked on purpose to give it a 'static lifetime.
@@ -309,15 +367,32 @@ fn open_skel(opts: &Options) -> Result<OpenGpuctlSkel<'static>> {
         .grants
         .set_max_entries(opts.max_grants.max(1))
         .context("sizing the grant map")?;
-    let share = super::GrantShare::for_map(opts.max_grants);
+    let quota = super::GrantShare::for_map(opts.max_grants);
     (
         rodata.grant_share,
         rodata.grant_reserve_at,
         rodata.grant_small,
-    ) = (share.share, share.reserve_at, share.small);
-    let lsm = opts.backend == Backend::Lsm;
-    open.progs.gpuctl_file_open.set_autoload(lsm);
-    open.progs.gpuctl_cgroup_dev.set_autoload(!lsm);
+    ) = (quota.share, quota.reserve_at, quota.small);
+    for mut p in open.open_object_mut().progs_mut() {
+        let on = want(&p.name().to_string_lossy());
+        p.set_autoload(on);
+    }
+    if let Some(first) = share {
+        // By name, so a map added to the object is shared without a change
+        // here. The .rodata the first instance froze is the one this
+        // instance's programs are verified against.
+        for mut m in open.open_object_mut().maps_mut() {
+            let name = m.name().to_owned();
+            let shown = name.to_string_lossy();
+            let theirs = first
+                .object()
+                .maps()
+                .find(|f| f.name() == name)
+                .with_context(|| format!("the first instance has no map {shown}"))?;
+            m.reuse_fd(theirs.as_fd())
+                .with_context(|| format!("sharing the map {shown} with the first instance"))?;
+        }
+    }
     Ok(open)
 }
 
@@ -342,7 +417,9 @@ impl Enforcer {
                 (Some(path), Some(fd))
             }
         };
-        let skel = open_skel(opts)?.load().with_context(|| {
+        let (backend, pre) = (opts.backend, opts.preload);
+        let want = move |name: &str| first_instance(name, backend, pre);
+        let skel = open_skel(opts, &want, None)?.load().with_context(|| {
             format!(
                 "loading the {} backend's BPF programs (needs root; libbpf's messages above \
                  say what the kernel refused)",
@@ -351,6 +428,8 @@ impl Enforcer {
         })?;
         let mut e = Enforcer {
             skel,
+            rest: None,
+            opts: opts.clone(),
             backend: opts.backend,
             cgroup_path,
             cgroup,
@@ -392,16 +471,68 @@ impl Enforcer {
         !self.smart_links.is_empty()
     }
 
+    /// Loads the object's programs the first instance did not (the rest:
+    /// the holder scan, and what the saved mode does not attach) as a
+    /// second instance over the same maps. Idempotent. The daemon calls it
+    /// after READY; every path that attaches one of them calls it first, so
+    /// a program is never missing when a plan or a request needs it, only
+    /// loaded then (the caller waits for the verifier, once).
+    pub fn load_rest(&mut self) -> Result<()> {
+        if self.rest.is_some() {
+            return Ok(());
+        }
+        let (backend, pre) = (self.opts.backend, self.opts.preload);
+        let want =
+            move |name: &str| !first_instance(name, backend, pre) && !other_backend(name, backend);
+        let rest = open_skel(&self.opts, &want, Some(&self.skel))?
+            .load()
+            .context(
+                "loading the rest of the BPF programs (smart mode's hooks, the holder scan)",
+            )?;
+        self.rest = Some(rest);
+        Ok(())
+    }
+
+    /// Whether the rest of the programs is loaded.
+    #[cfg(test)]
+    fn rest_loaded(&self) -> bool {
+        self.rest.is_some()
+    }
+
+    /// The loaded copy of a program: the first instance's if it loaded it,
+    /// else the rest's (load it first: [`Enforcer::load_rest`]).
+    fn prog(
+        &self,
+        pick: for<'a> fn(&'a GpuctlSkel<'static>) -> &'a ProgramMut<'static>,
+    ) -> Result<&ProgramMut<'static>> {
+        let p = pick(&self.skel);
+        if p.autoload() {
+            return Ok(p);
+        }
+        let name = p.name().to_string_lossy().into_owned();
+        let rest = self
+            .rest
+            .as_ref()
+            .with_context(|| format!("the BPF program {name} is not loaded yet"))?;
+        let p = pick(rest);
+        if !p.autoload() {
+            bail!("the BPF program {name} is loaded by neither instance");
+        }
+        Ok(p)
+    }
+
     fn attach_block(&mut self) -> Result<()> {
-        let progs = &self.skel.progs;
+        if self.backend == Backend::Cgroup && !self.skel.progs.gpuctl_cgroup_dev.autoload() {
+            self.load_rest()?;
+        }
         match self.backend {
             Backend::Cgroup => {
                 let fd = self
                     .cgroup
                     .as_ref()
                     .context("cgroup backend without a cgroup")?;
-                let link = progs
-                    .gpuctl_cgroup_dev
+                let link = self
+                    .prog(|s| &s.progs.gpuctl_cgroup_dev)?
                     .attach_cgroup(fd.as_fd().as_raw_fd())
                     .with_context(|| {
                         format!(
@@ -415,8 +546,8 @@ impl Enforcer {
                 self.block_links.push(link);
             }
             Backend::Lsm => {
-                let open = progs
-                    .gpuctl_file_open
+                let open = self
+                    .prog(|s| &s.progs.gpuctl_file_open)?
                     .attach_lsm()
                     .context("lsm/file_open")?;
                 self.block_links.push(open);
@@ -426,15 +557,17 @@ impl Enforcer {
     }
 
     fn attach_smart(&mut self) -> Result<()> {
-        let p = &self.skel.progs;
+        if !self.skel.progs.gpuctl_exec.autoload() {
+            self.load_rest()?;
+        }
         let links = [
-            p.gpuctl_fork
+            self.prog(|s| &s.progs.gpuctl_fork)?
                 .attach()
                 .context("tp_btf/sched_process_fork")?,
-            p.gpuctl_exec
+            self.prog(|s| &s.progs.gpuctl_exec)?
                 .attach()
                 .context("tp_btf/sched_process_exec")?,
-            p.gpuctl_exit
+            self.prog(|s| &s.progs.gpuctl_exit)?
                 .attach()
                 .context("tp_btf/sched_process_exit")?,
         ];
@@ -800,9 +933,7 @@ impl Enforcer {
             bss.iter_fd = fd;
         }
         let link = self
-            .skel
-            .progs
-            .gpuctl_file_id
+            .prog(|s| &s.progs.gpuctl_file_id)?
             .attach()
             .context("creating the task_file iterator")?;
         let mut out = Vec::new();
@@ -908,10 +1039,9 @@ impl Enforcer {
             bss.holder_tgid = 0;
             bss.holder_seen = 0;
         }
+        self.load_rest()?;
         let link = self
-            .skel
-            .progs
-            .gpuctl_holders
+            .prog(|s| &s.progs.gpuctl_holders)?
             .attach()
             .context("creating the holder scan's task_file iterator")?;
         // The iterator holds the program: the link may go.
@@ -1047,6 +1177,7 @@ mod tests {
             log_level: LogLevel::Off,
             daemon_tgid: exempt as u32,
             max_grants: 16,
+            preload: Preload::Nothing,
         })
         .unwrap();
         let mut plan = Plan::default();
@@ -1082,6 +1213,71 @@ mod tests {
         drop(e);
         std::fs::remove_dir(&cg).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Root only (issue 21): the smart-mode hooks are not loaded before a
+    /// plan needs them; the first smart plan loads them as a second
+    /// instance over the first one's maps, and they work there: an exec
+    /// with `DRI_PRIME=1` finds the environment grant the first instance
+    /// wrote (and its `.bss` switch), and its grant lands in the first
+    /// instance's grant map.
+    #[test]
+    #[ignore = "root"]
+    fn the_rest_loads_on_first_need_and_shares_the_maps() {
+        crate::bpf::require_root("the_rest_loads_on_first_need_and_shares_the_maps");
+        let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let cg = kernel::cgroup2_mount(&mi)
+            .unwrap()
+            .join(format!("gpuctl-unit-rest-{}", std::process::id()));
+        std::fs::create_dir_all(&cg).unwrap();
+        let mut e = Enforcer::load(&Options {
+            backend: Backend::Cgroup,
+            cgroup: Some(cg.clone()),
+            log_level: LogLevel::Off,
+            daemon_tgid: std::process::id(),
+            max_grants: 16,
+            preload: Preload::Nothing,
+        })
+        .unwrap();
+        assert!(!e.rest_loaded(), "only what the start needs is loaded");
+        e.set_env_grants(true).unwrap();
+        let mut plan = Plan {
+            smart: true,
+            ..Plan::default()
+        };
+        plan.nodes.insert(
+            DevNum::new(226, 78),
+            NodeRule {
+                gpu: 2,
+                flags: crate::policy::RULE_GRANTABLE,
+            },
+        );
+        plan.env.insert("DRI_PRIME=1".into(), 1 << 2);
+        e.apply(&plan).unwrap();
+        assert!(e.rest_loaded() && e.smart_attached());
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .env("DRI_PRIME", "1")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        let found = loop {
+            if let Some(g) = e.grants().into_iter().find(|g| g.pid == pid) {
+                break Some(g);
+            }
+            if std::time::Instant::now() > deadline {
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let _ = child.kill();
+        let _ = child.wait();
+        e.apply(&Plan::default()).unwrap();
+        drop(e);
+        std::fs::remove_dir(&cg).unwrap();
+        let g = found.expect("the exec hook of the second instance granted the exec");
+        assert_eq!((g.gpus, g.how), (1 << 2, GrantHow::Env));
     }
 
     /// The kernel's identity of a sysfs file, as discovery computes it.
@@ -1135,6 +1331,7 @@ mod tests {
             log_level: LogLevel::Off,
             daemon_tgid: 0,
             max_grants: 16,
+            preload: Preload::Nothing,
         });
         // Some hosts list `bpf` but refuse LSM programs (EPERM at load);
         // the distro tier's booted Debian runs this path for real.

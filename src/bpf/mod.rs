@@ -17,7 +17,7 @@ mod share;
 pub use abi::MAX_GPUS;
 pub use enforcer::{
     init_logging, Backend, DenyEvent, Enforcer, Grant, GrantHow, KernelHolder, LogLevel, Options,
-    Service,
+    Preload, Service,
 };
 pub use share::{GrantShare, ShareCounts};
 

@@ -20,6 +20,13 @@ use crate::proto::event::Event;
 use crate::proto::{AppAction, Code, Request, Response};
 use crate::{daemon, AppCmd, Cli, Cmd};
 
+/// `gpuctl get`: the mode (and a note when it is not fully in force).
+pub fn get(socket: &std::path::Path, json: bool) -> u8 {
+    call(socket, &Request::Get {}, json, |d: &ModeData| {
+        format!("{}{}", d.mode, note(d))
+    })
+}
+
 pub fn run(cli: Cli) -> u8 {
     let roots = Roots {
         sysfs: cli.sysfs_root.clone(),
@@ -60,9 +67,7 @@ pub fn run(cli: Cli) -> u8 {
             }
         }
         Cmd::List { json } => list(&cli.socket, &roots, json),
-        Cmd::Get { json } => call(&cli.socket, &Request::Get {}, json, |d: &ModeData| {
-            format!("{}{}", d.mode, note(d))
-        }),
+        Cmd::Get { json } => get(&cli.socket, json),
         Cmd::Set { mode, force } => call(
             &cli.socket,
             &Request::Set { mode, force },

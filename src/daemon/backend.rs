@@ -6,12 +6,13 @@ use anyhow::{bail, Result};
 use super::config::Config;
 use super::log::log;
 use super::{BackendChoice, Options};
-use crate::bpf::{self, Backend, Enforcer};
+use crate::bpf::{self, Backend, Enforcer, Preload};
 use crate::kernel::{self, active_lsms};
 
 /// Loads the requested backend; `auto` tries lsm where the BPF LSM is
-/// active and falls back to cgroup, saying why.
-pub fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
+/// active and falls back to cgroup, saying why. `preload`: what the saved
+/// mode attaches (loaded before READY; the rest after it, or on first need).
+pub fn load_backend(opts: &Options, config: &Config, preload: Preload) -> Result<Enforcer> {
     let load = |backend| {
         Enforcer::load(&bpf::Options {
             backend,
@@ -19,6 +20,7 @@ pub fn load_backend(opts: &Options, config: &Config) -> Result<Enforcer> {
             log_level: config.bpf_log,
             daemon_tgid: std::process::id(),
             max_grants: config.max_grants,
+            preload,
         })
     };
     let lsms = active_lsms(&opts.roots);

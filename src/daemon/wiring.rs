@@ -19,6 +19,7 @@ use super::push::Push;
 use super::{backend, lifetime, rescue, state, uevent, Daemon, Options, Unsupported};
 use crate::bpf;
 use crate::gpu;
+use crate::policy::Mode;
 
 /// Read requests within this time of the last one share one discovery
 /// (sysfs) and one `who` scan (procfs): a burst of `status`/`who` costs
@@ -50,7 +51,16 @@ impl Daemon {
             log!("{w}");
         }
         let inventory = gpu::discover(&opts.roots).context("discovering GPUs")?;
-        let enforcer = backend::load_backend(opts, &config).map_err(|e| e.context(Unsupported))?;
+        // What the saved mode attaches is loaded before READY, the rest after it
+        // (`start_power`), or at once if a plan needs it first (the automatic
+        // rules may pick another mode below: `Enforcer::apply` loads it then).
+        let preload = match choice.mode {
+            Mode::Hybrid => bpf::Preload::Nothing,
+            Mode::Integrated | Mode::Manual => bpf::Preload::Block,
+            Mode::Smart => bpf::Preload::Smart,
+        };
+        let enforcer =
+            backend::load_backend(opts, &config, preload).map_err(|e| e.context(Unsupported))?;
         let power = Power::deferred(&opts.roots.sysfs);
         let apps = Apps::new(opts.services.clone())?;
         let uevents = match uevent::Uevents::open() {
@@ -164,7 +174,13 @@ impl Daemon {
     /// After READY=1: loads the runtime-PM programs (wake attribution) and
     /// watches the GPUs with them. The boot does not wait for them: they
     /// only observe, so no block or grant depends on them.
+    /// Also loads the enforcer's other programs (smart mode's hooks unless
+    /// the saved mode is smart, the holder scan): nothing in force needs
+    /// them, and whatever needs one later loads them first.
     pub(super) fn start_power(&mut self) {
+        if let Err(e) = self.core.enforcer.load_rest() {
+            log!("{e:#}; smart mode and `who` will retry loading them when asked");
+        }
         self.power.load();
         if let Some(e) = self.power.error() {
             log!("runtime-PM programs not loaded ({e}); residency only, no wake attribution");

@@ -48,3 +48,71 @@ fn unsupported_kernel_exits_78_instead_of_crash_looping() {
     .unwrap();
     assert!(unit.contains("RestartPreventExitStatus=78"));
 }
+
+/// A plain `gpuctl get` skips the command-line parser (issue 21): it must
+/// find the same socket and print exactly what the parsed path prints, for
+/// an answer with a note. A fake daemon answers each connection once.
+#[test]
+fn plain_get_answers_as_the_parsed_path_does() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = std::env::temp_dir().join(format!("gpuctl-plainget-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sock = dir.join("fake.sock");
+    let _ = std::fs::remove_file(&sock);
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let server = std::thread::spawn(move || {
+        let mut lines = Vec::new();
+        for _ in 0..2 {
+            let (s, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            lines.push(line);
+            let answer = r#"{"ok": true, "proto": 1, "data": {"mode": "integrated", "force": false, "blocked": [1], "note": "GPU 1 is skipped"}}"#;
+            (&s).write_all(format!("{answer}\n").as_bytes()).unwrap();
+        }
+        lines
+    });
+    let plain = std::process::Command::new(crate::common::harness::BIN)
+        .env("GPUCTL_SOCKET", &sock)
+        .arg("get")
+        .output()
+        .unwrap();
+    let parsed = std::process::Command::new(crate::common::harness::BIN)
+        .env_remove("GPUCTL_SOCKET")
+        .arg("--socket")
+        .arg(&sock)
+        .arg("get")
+        .output()
+        .unwrap();
+    let lines = server.join().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(plain.status.code(), Some(0), "{}", describe(&plain));
+    assert_eq!(
+        (&plain.status.code(), &plain.stdout, &plain.stderr),
+        (&parsed.status.code(), &parsed.stdout, &parsed.stderr),
+        "plain: {}\nparsed: {}",
+        describe(&plain),
+        describe(&parsed)
+    );
+    assert!(String::from_utf8_lossy(&plain.stdout).starts_with("integrated"));
+    assert_eq!(lines[0], lines[1], "the same request line");
+}
+
+/// `GPUCTL_SOCKET=` (empty) is the same usage error on the plain path as
+/// on the parsed one (clap refuses an empty value).
+#[test]
+fn plain_get_with_an_empty_socket_variable_is_the_same_usage_error() {
+    let run = |args: &[&str]| {
+        std::process::Command::new(crate::common::harness::BIN)
+            .env("GPUCTL_SOCKET", "")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let (plain, parsed) = (run(&["get"]), run(&["get", "--json"]));
+    assert_eq!(plain.status.code(), Some(2), "{}", describe(&plain));
+    assert_eq!(
+        (plain.status.code(), &plain.stderr),
+        (parsed.status.code(), &parsed.stderr)
+    );
+}
