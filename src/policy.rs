@@ -108,6 +108,12 @@ pub struct AppRule {
     /// The GPU it may use (`None`: every offload GPU).
     #[serde(default)]
     pub gpu: Option<PciAddr>,
+    /// The kernel's identity of the program, saved when the rule was made
+    /// from a descriptor the client passed and the daemon cannot see the
+    /// path itself (its unit hides `/home` and `/tmp`): used at start while
+    /// the path stays out of sight (DESIGN-NOTES, issue 18 round three).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<crate::gpu::FileId>,
 }
 
 /// Why a GPU that the mode would block is left alone.

@@ -43,7 +43,7 @@ impl DevNum {
 }
 
 /// A file as the kernel identifies it: its superblock's device and inode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct FileId {
     pub dev: DevNum,
     pub ino: u64,

@@ -973,3 +973,96 @@ fn the_socket_mode_is_set_at_bind_not_by_chmod() {
         "the socket was chmod'ed by path: {log}"
     );
 }
+
+/// Sends `line` in one `sendmsg(2)` with `fds` attached (SCM_RIGHTS) and
+/// returns the daemon's answer.
+fn send_with_fds(s: &mut UnixStream, line: &str, fds: &[i32]) -> serde_json::Value {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let iov = [std::io::IoSlice::new(line.as_bytes())];
+    let cmsg = [ControlMessage::ScmRights(fds)];
+    let n = sendmsg::<()>(s.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None).unwrap();
+    assert_eq!(n, line.len());
+    crate::common::harness::read_line(s)
+}
+
+/// The daemon's descriptors, as what each names.
+fn open_fds(pid: u32) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|p| p.display().to_string())
+        .filter(|p| !p.starts_with("socket:") && !p.starts_with("anon_inode:"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Issue 18 (F6): descriptors passed over the socket are capped and
+/// checked, and closed on every path: two at once, one with a request that
+/// takes none, a non-regular file, and `"fd": true` without one each get a
+/// clear `bad_request`, and the daemon holds no more descriptors after a
+/// hundred of them than before.
+#[test]
+#[ignore = "root"]
+fn passed_descriptors_are_capped_checked_and_closed() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    let pid = env.daemon.as_ref().unwrap().id();
+    let prog = env.dir.join("prog");
+    std::fs::copy("/bin/true", &prog).unwrap();
+    let f = std::fs::File::open(&prog).unwrap();
+    let dir = std::fs::File::open(&env.dir).unwrap();
+    use std::os::fd::AsRawFd;
+    let (fd, dirfd) = (f.as_raw_fd(), dir.as_raw_fd());
+    let allow = |p: &Path| {
+        format!(
+            r#"{{"type":"app","action":"allow","path":"{}","fd":true}}"#,
+            p.display()
+        ) + "\n"
+    };
+    let code = |v: &serde_json::Value| v["error"]["code"].as_str().unwrap_or("").to_string();
+    let msg = |v: &serde_json::Value| v["error"]["message"].as_str().unwrap_or("").to_string();
+    // Warm up (the first request may open files the daemon keeps).
+    let _ = env.json(&["status"]);
+    let before = open_fds(pid);
+    for _ in 0..25 {
+        let mut s = env.connect();
+        let r = send_with_fds(&mut s, &allow(&prog), &[fd, fd]);
+        assert_eq!(code(&r), "bad_request", "{r}");
+        assert!(msg(&r).contains("at most 1 descriptor"), "{r}");
+
+        let mut s = env.connect();
+        let r = send_with_fds(&mut s, "{\"type\":\"get\"}\n", &[fd]);
+        assert_eq!(code(&r), "bad_request", "{r}");
+        assert!(msg(&r).contains("takes none"), "{r}");
+
+        let mut s = env.connect();
+        let r = send_with_fds(&mut s, &allow(&env.dir), &[dirfd]);
+        assert_eq!(code(&r), "bad_request", "{r}");
+        assert!(msg(&r).contains("not a regular file"), "{r}");
+
+        let mut s = env.connect();
+        let r = raw_exchange(&mut s, allow(&prog).as_bytes());
+        assert_eq!(code(&r), "bad_request", "{r}");
+        assert!(msg(&r).contains("no descriptor came"), "{r}");
+    }
+    // A passed program whose path names another file is refused.
+    let other = env.dir.join("other");
+    std::fs::copy("/bin/true", &other).unwrap();
+    let mut s = env.connect();
+    let r = send_with_fds(&mut s, &allow(&other), &[fd]);
+    assert!(msg(&r).contains("names another file"), "{r}");
+    // And a good one goes in, under the path it was sent with.
+    let mut s = env.connect();
+    let r = send_with_fds(&mut s, &allow(&prog), &[fd]);
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["data"]["path"], prog.to_str().unwrap());
+    drop(s);
+    // Connections come and go, and so do pidfds (sockets and anonymous
+    // inodes are left out): no file passed stays open.
+    assert_eq!(open_fds(pid), before);
+    assert_eq!(env.json(&["get"])["mode"], "hybrid");
+    env.stop();
+}
