@@ -350,12 +350,27 @@ pub struct Wake {
     /// An asynchronous resume request.
     #[serde(default)]
     pub r#async: bool,
-    /// How long the GPU stayed awake; `null` while it is awake (or for a
-    /// sibling or bridge).
+    /// How long the GPU stayed awake (the latest time, for a merged row);
+    /// `null` while it is awake (or for a sibling or bridge).
     pub awake_ms: Option<u64>,
+    /// How many wakes this row stands for: repeated wakes of one device by
+    /// one command, uid and operation are merged into one history row
+    /// (1 in a `wake` event).
+    #[serde(default = "one")]
+    pub count: u64,
+    /// Unix time of the latest of them (`ts` is the first's).
+    pub last_ts: Option<f64>,
     /// The kernel's CLOCK_MONOTONIC stamp (daemon only, not on the wire).
     #[serde(skip)]
     pub mono_ns: u64,
+    /// The first row of its uid in the history, kept whatever others do
+    /// (daemon only, not on the wire).
+    #[serde(skip)]
+    pub first_of_uid: bool,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// One of a GPU's most frequent wakers.
@@ -679,7 +694,8 @@ pub struct Subscribed {
 
 impl Redact for Wake {
     const PUBLIC: &'static [&'static str] = &[
-        "gpu", "pci", "device", "role", "ts", "op", "kworker", "async", "awake_ms",
+        "gpu", "pci", "device", "role", "ts", "op", "kworker", "async", "awake_ms", "count",
+        "last_ts",
     ];
     const PRIVATE: &'static [&'static str] = &["pid", "tgid", "comm", "uid", "what", "file"];
 
@@ -705,7 +721,10 @@ impl Redact for Wake {
             kworker: _,
             r#async: _,
             awake_ms: _,
+            count: _,
+            last_ts: _,
             mono_ns: _,
+            first_of_uid: _,
         } = self;
         *pid = None;
         *tgid = None;

@@ -231,7 +231,10 @@ mod tests {
             kworker: false,
             r#async: false,
             awake_ms: Some(3),
+            count: 2,
+            last_ts: Some(2.5),
             mono_ns: 0,
+            first_of_uid: false,
         }
     }
 
