@@ -232,6 +232,19 @@ impl Apps {
         }
     }
 
+    /// The rules in force, by the kernel identity of their executable:
+    /// `(allow, gpus)` as the exec hook applies them.
+    pub fn in_force(&self, core: &Core) -> BTreeMap<gpu::FileId, (bool, u32)> {
+        let choice = core.choice();
+        self.ids
+            .iter()
+            .filter_map(|(path, id)| {
+                let rule = choice.apps.get(path)?;
+                Some((*id, (rule.allow, app_mask(core.inventory(), rule))))
+            })
+            .collect()
+    }
+
     /// Takes the rule for `path` out of the kernel and forgets its error.
     pub fn forget(&mut self, enforcer: &Enforcer, path: &str) -> Result<()> {
         if let Some(id) = self.ids.remove(path) {

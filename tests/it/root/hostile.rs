@@ -404,6 +404,86 @@ fn grants_survive_a_restart_and_dead_ones_do_not_come_back() {
     assert!(log.contains(&format!(" of {saved} saved,")), "{log}");
 }
 
+/// Issue 18 (F6): children forked while no daemon ran get what the exec
+/// hook would have given them. A granted process forks a program with a
+/// `deny` rule during the restart gap: on main the restored daemon gave it
+/// its parent's grant (a denied program got the GPU). A plain process
+/// forks an `allow`ed program: it is granted.
+#[test]
+#[ignore = "root"]
+fn app_rules_apply_to_children_forked_during_a_restart_gap() {
+    root_test!();
+    let mut env = Env::new(machine("intel_nvidia"));
+    env.start();
+    ok(&env, &["set", "smart"]);
+    let node = env.mknod(226, 0);
+    let (denied, allowed) = (env.dir.join("dsh"), env.dir.join("ash"));
+    std::fs::copy("/bin/sh", &denied).unwrap();
+    std::fs::copy("/bin/sh", &allowed).unwrap();
+    ok(&env, &["app", "deny", denied.to_str().unwrap()]);
+    ok(&env, &["app", "allow", allowed.to_str().unwrap()]);
+    let child = env.dir.join("child.sh");
+    std::fs::write(
+        &child,
+        "i=0; while [ ! -e \"$1\" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done\n\
+         exec 3<>\"$2\"\n",
+    )
+    .unwrap();
+    let (gap, go) = (env.dir.join("gap"), env.dir.join("go"));
+    // Waits for `gap`, then forks PROGRAM child.sh go NODE.
+    let parent = r#"i=0; while [ ! -e "$0" ] && [ $i -lt 500 ]; do sleep 0.02; i=$((i+1)); done; "$2" "$3" "$4" "$1""#;
+    let spawn = |granted: bool, prog: &Path| {
+        let mut cmd = Command::new(if granted { BIN } else { "/bin/sh" });
+        if granted {
+            cmd.env("GPUCTL_SOCKET", env.socket())
+                .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+                .args(["run", "--", "/bin/sh"]);
+        }
+        cmd.args(["-c", parent])
+            .arg(&gap)
+            .arg(&node)
+            .arg(prog)
+            .arg(&child)
+            .arg(&go)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        crate::common::harness::join_cgroup_before_exec(&mut cmd, &env.cgroup);
+        cmd.spawn().unwrap()
+    };
+    let granted_parent = spawn(true, &denied);
+    let plain_parent = spawn(false, &allowed);
+    let pid = u64::from(granted_parent.id());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !env.json(&["status"])["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|g| g["pid"].as_u64() == Some(pid))
+    {
+        assert!(Instant::now() < deadline, "grant not made");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let log = env.stop();
+    assert!(log.contains("saved "), "{log}");
+    // The gap: both parents fork their program now.
+    std::fs::write(&gap, b"").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    env.start();
+    std::fs::write(&go, b"").unwrap();
+    assert_eq!(
+        open_errno_of(granted_parent),
+        EPERM,
+        "a denied program forked in the gap got its parent's grant"
+    );
+    assert_eq!(
+        open_errno_of(plain_parent),
+        ENXIO,
+        "an allowed program forked in the gap was not granted"
+    );
+    let log = env.stop();
+    assert!(log.contains("app rule: applied"), "{log}");
+}
+
 #[test]
 #[ignore = "root"]
 fn one_daemon_per_state_dir_and_the_socket_comes_back() {
