@@ -147,6 +147,49 @@ pub struct StatusData {
     #[serde(default)]
     pub gpus: Vec<StatusGpu>,
     pub power_monitor: Option<PowerMonitor>,
+    /// GPUs the mode in force would block but leaves alone because a
+    /// display server holds them (issue 18, F2).
+    #[serde(default)]
+    pub held_by_display_server: Vec<HeldGpu>,
+}
+
+/// A GPU left unblocked for the display server holding it (`status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeldGpu {
+    pub gpu: u32,
+    /// Whether the mode in force is automation's (it skipped the GPU
+    /// rather than refuse a request).
+    #[serde(default)]
+    pub auto: bool,
+    /// Private: the display server's pid.
+    pub pid: Option<u32>,
+    /// Private: its command name.
+    pub comm: Option<String>,
+    /// Private: the owner of its `/proc` entry.
+    pub uid: Option<u32>,
+}
+
+impl Redact for HeldGpu {
+    const PUBLIC: &'static [&'static str] = &["gpu", "auto"];
+    const PRIVATE: &'static [&'static str] = &["pid", "comm", "uid"];
+
+    fn visible_to(&self, viewer: Viewer) -> bool {
+        viewer.sees(self.uid)
+    }
+
+    fn redact(&mut self) {
+        let HeldGpu {
+            gpu: _,
+            auto: _,
+            pid,
+            comm,
+            uid,
+        } = self;
+        *pid = None;
+        *comm = None;
+        *uid = None;
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -840,9 +883,11 @@ public!(
         "blocked_nodes",
         "gpus",
         "power_monitor",
+        "held_by_display_server",
     ],
     |s, v| {
         s.note = note_for(s.note, v);
+        s.held_by_display_server = each(s.held_by_display_server, v);
         let (grants, hidden) = withhold(s.grants, v);
         s.grants = grants;
         s.grants_hidden += hidden;

@@ -243,6 +243,16 @@ mod tests {
         let stranger = Viewer::user(2000);
         check(wake(), stranger);
         check(
+            crate::proto::data::HeldGpu {
+                gpu: 1,
+                auto: true,
+                pid: Some(900),
+                comm: Some("gnome-shell".into()),
+                uid: Some(1000),
+            },
+            stranger,
+        );
+        check(
             TopWaker {
                 comm: Some("lspci".into()),
                 uid: Some(1000),
