@@ -1009,21 +1009,7 @@ fn the_socket_mode_is_set_at_bind_not_by_chmod() {
     root_test!();
     let env = Env::new(machine("intel_nvidia"));
     let trace = env.dir.join("strace.log");
-    let mut daemon = Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=chmod,fchmodat,fchmod", "-o"])
-        .arg(&trace)
-        .arg(BIN)
-        .args(["daemon", "--cgroup"])
-        .arg(&env.cgroup)
-        .env("GPUCTL_SOCKET", env.socket())
-        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
-        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
-        .env("GPUCTL_STATE_DIR", env.state_dir())
-        .env("GPUCTL_CONFIG", env.dir.join("gpuctl.toml"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(env.dir.join("daemon.log")).unwrap())
-        .spawn()
-        .expect("strace (make deps installs it)");
+    let mut daemon = traced_daemon(&env, &trace, "trace=chmod,fchmodat,fchmod");
     let deadline = Instant::now() + Duration::from_secs(20);
     while UnixStream::connect(env.socket()).is_err() {
         assert!(
@@ -1065,29 +1051,7 @@ fn the_socket_path_appears_only_when_it_listens() {
     root_test!();
     let env = Env::new(machine("intel_nvidia"));
     let trace = env.dir.join("strace.log");
-    let mut daemon = Command::new("strace")
-        .args([
-            "-f",
-            "-qq",
-            "-s",
-            "256",
-            "-e",
-            "trace=bind,rename,renameat,renameat2",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg(BIN)
-        .args(["daemon", "--cgroup"])
-        .arg(&env.cgroup)
-        .env("GPUCTL_SOCKET", env.socket())
-        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
-        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
-        .env("GPUCTL_STATE_DIR", env.state_dir())
-        .env("GPUCTL_CONFIG", env.dir.join("gpuctl.toml"))
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(env.dir.join("daemon.log")).unwrap())
-        .spawn()
-        .expect("strace (make deps installs it)");
+    let mut daemon = traced_daemon(&env, &trace, "trace=bind,rename,renameat,renameat2");
     let connect = |what: &str| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -1135,6 +1099,26 @@ fn the_socket_path_appears_only_when_it_listens() {
         renames >= 2,
         "moved into place at start and after the deletion: {log}"
     );
+}
+
+/// A daemon of `env` run under `strace -f -e FILTER -o TRACE` (the
+/// daemon's stderr in daemon.log); strace exits with it.
+fn traced_daemon(env: &Env, trace: &std::path::Path, filter: &str) -> std::process::Child {
+    Command::new("strace")
+        .args(["-f", "-qq", "-s", "256", "-e", filter, "-o"])
+        .arg(trace)
+        .arg(BIN)
+        .args(["daemon", "--cgroup"])
+        .arg(&env.cgroup)
+        .env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
+        .env("GPUCTL_STATE_DIR", env.state_dir())
+        .env("GPUCTL_CONFIG", env.dir.join("gpuctl.toml"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(env.dir.join("daemon.log")).unwrap())
+        .spawn()
+        .expect("strace (make deps installs it)")
 }
 
 /// Sends `line` in one `sendmsg(2)` with `fds` attached (SCM_RIGHTS) and
