@@ -41,14 +41,7 @@ pub(super) fn data<T: Serialize>(t: T) -> Result<Value, Rejection> {
     serde_json::to_value(t).map_err(|e| internal(format!("encoding the answer: {e}")))
 }
 
-/// `passed`: the descriptor that came with the request line, if any (the
-/// server lets one through only for a request that takes it).
-pub(super) fn handle(
-    d: &mut Daemon,
-    req: Request,
-    conn: &Conn,
-    passed: Option<std::os::fd::OwnedFd>,
-) -> Response {
+pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
     if req.is_change() {
         // Decided from the credentials captured at connect (uid, gid,
         // supplementary groups), never from /proc at request time.
@@ -83,7 +76,7 @@ pub(super) fn handle(
     } else if !req.is_change() && !plan_only {
         d.refresh_for_read();
     }
-    let resp = match dispatch(d, &req, conn, passed) {
+    let resp = match dispatch(d, &req, conn) {
         Ok(data) => Response::ok(data),
         Err(r) => r.into_response(),
     };
@@ -101,12 +94,7 @@ pub(super) fn handle(
     resp
 }
 
-fn dispatch(
-    d: &mut Daemon,
-    req: &Request,
-    conn: &Conn,
-    passed: Option<std::os::fd::OwnedFd>,
-) -> Result<Value, Rejection> {
+fn dispatch(d: &mut Daemon, req: &Request, conn: &Conn) -> Result<Value, Rejection> {
     match req {
         Request::Ping {} => data(PingData {
             pid: std::process::id(),
@@ -122,25 +110,7 @@ fn dispatch(
         Request::Grant { gpu, only } => {
             data(run::grant(d, conn.peer.as_ref(), gpu.as_deref(), *only)?)
         }
-        Request::App {
-            action,
-            path,
-            gpu,
-            fd,
-        } => {
-            let passed = match (fd, passed) {
-                (true, Some(f)) => Some(f),
-                (true, None) => {
-                    return Err(Rejection::BadRequest(
-                        "\"fd\": true, but no descriptor came with the request line \
-                         (SCM_RIGHTS, with its first byte)"
-                            .into(),
-                    ))
-                }
-                (false, _) => None,
-            };
-            app::app(d, *action, path.as_deref(), gpu.as_deref(), passed)
-        }
+        Request::App { action, path, gpu } => app::app(d, *action, path.as_deref(), gpu.as_deref()),
         Request::Config { key, value } => {
             data(config::config(d, key.as_deref(), value.as_deref())?)
         }
