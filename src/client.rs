@@ -102,6 +102,70 @@ pub fn request(socket: &Path, req: &Request) -> Result<Response, ClientError> {
     exchange(&mut stream, req)
 }
 
+/// `gpuctl app allow|deny|forget|list`. For `allow`/`deny` the program
+/// goes along as an O_PATH descriptor (SCM_RIGHTS), so the daemon needs no
+/// access to its path (its unit hides `/home` and `/tmp`); a path this
+/// client cannot open is sent as a path alone, for the daemon to open.
+pub fn app(
+    socket: &Path,
+    action: proto::AppAction,
+    path: Option<String>,
+    gpu: Option<String>,
+) -> Result<Response, ClientError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match (&action, &path) {
+        (proto::AppAction::Allow | proto::AppAction::Deny, Some(p)) => std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+            .open(p)
+            .ok(),
+        _ => None,
+    };
+    let req = Request::App {
+        action,
+        path,
+        gpu,
+        fd: file.is_some(),
+    };
+    let Some(file) = file else {
+        return request(socket, &req);
+    };
+    let mut stream = connect(socket)?;
+    let line = proto::encode(&req);
+    let setup = |e: std::io::Error| ClientError::Io(e.into());
+    stream.set_write_timeout(Some(TIMEOUT)).map_err(setup)?;
+    let sent = send_with_fd(&stream, &line, std::os::fd::AsFd::as_fd(&file))
+        .map_err(|e| exchange_error(e, "sending the request to the daemon"))?;
+    drop(file);
+    exchange_line(&mut stream, &line[sent..])
+}
+
+/// One `sendmsg(2)` of (the start of) `bytes` with `fd` attached to its
+/// first byte; returns how many bytes went.
+fn send_with_fd(
+    stream: &UnixStream,
+    bytes: &[u8],
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> std::io::Result<usize> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let fds = [fd.as_raw_fd()];
+    let iov = [std::io::IoSlice::new(bytes)];
+    loop {
+        match sendmsg::<()>(
+            stream.as_raw_fd(),
+            &iov,
+            &[ControlMessage::ScmRights(&fds)],
+            MsgFlags::MSG_NOSIGNAL,
+            None,
+        ) {
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(n) => return Ok(n),
+        }
+    }
+}
+
 fn exchange(stream: &mut UnixStream, req: &Request) -> Result<Response, ClientError> {
     exchange_line(stream, &proto::encode(req))
 }

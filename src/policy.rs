@@ -108,6 +108,12 @@ pub struct AppRule {
     /// The GPU it may use (`None`: every offload GPU).
     #[serde(default)]
     pub gpu: Option<PciAddr>,
+    /// The kernel's identity of the program, saved when the rule was made
+    /// from a descriptor the client passed and the daemon cannot see the
+    /// path itself (its unit hides `/home` and `/tmp`): used at start while
+    /// the path stays out of sight (DESIGN-NOTES, issue 18 round three).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<crate::gpu::FileId>,
 }
 
 /// Why a GPU that the mode would block is left alone.
@@ -115,6 +121,9 @@ pub struct AppRule {
 pub struct Skip {
     pub gpu: u32,
     pub reason: String,
+    /// The display server the GPU was left alone for, if that is why
+    /// (typed: the daemon watches it, `status` names it).
+    pub holder: Option<crate::gpu::DisplayHolder>,
 }
 
 /// The result of [`plan`]: every device number to deny, with the id of the
@@ -172,7 +181,7 @@ pub fn protect_reason(gpu: &Gpu, force: bool) -> Option<String> {
     }
     // Split session: a compositor that opened the GPU keeps advertising it
     // to its clients, which then cannot open it (black windows).
-    if let Some(holder) = gpu.display_holder.as_deref().filter(|_| !force) {
+    if let Some(holder) = gpu.display_holder.as_ref().filter(|_| !force) {
         return Some(format!(
             "{} is held open by the display server {holder}; blocking it would leave that \
              session offering a GPU its programs cannot open (black windows); log out of \
@@ -256,9 +265,15 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
     }
     for (gpu, force) in targets {
         if let Some(reason) = protect_reason(gpu, force) {
+            // The holder is the reason only when nothing before it is.
+            let holder = gpu
+                .display_holder
+                .clone()
+                .filter(|_| !force && !gpu.default && !gpu.drives_display());
             out.skipped.push(Skip {
                 gpu: gpu.id,
                 reason,
+                holder,
             });
             continue;
         }
@@ -415,7 +430,11 @@ mod tests {
     #[test]
     fn split_session_gpu_needs_force() {
         let mut inv = laptop();
-        inv.gpus[1].display_holder = Some("Xorg (pid 1234)".into());
+        inv.gpus[1].display_holder = Some(crate::gpu::DisplayHolder {
+            comm: "Xorg".into(),
+            pid: 1234,
+            uid: 0,
+        });
         for mode in [Mode::Integrated, Mode::Smart] {
             let err = check(&inv, &choice(mode)).unwrap_err();
             assert!(err.0.contains("display server Xorg (pid 1234)"), "{err}");
@@ -424,6 +443,7 @@ mod tests {
             let p = plan(&inv, &choice(mode)).unwrap();
             assert!(p.blocked.is_empty());
             assert!(p.skipped[0].reason.contains("Xorg (pid 1234)"));
+            assert_eq!(p.skipped[0].holder.as_ref().map(|h| h.pid), Some(1234));
             let mut forced = choice(mode);
             forced.force = true;
             assert_eq!(check(&inv, &forced).unwrap().blocked, BTreeSet::from([1]));

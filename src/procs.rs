@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{DevNum, Inventory};
+use crate::gpu::{DevNum, DisplayHolder, Inventory};
 
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Holder {
@@ -136,7 +136,10 @@ pub fn graphical_session_uids(dir: &Path) -> Vec<u32> {
 /// process, stats `/proc/<pid>` and its `exe` for those named like one,
 /// and scans the descriptors of the few that pass: cheap on a busy
 /// desktop, and a plain user's processes named `Xorg` cost one stat each.
-pub fn display_holders(procfs: &Path, primary: &BTreeMap<DevNum, u32>) -> BTreeMap<u32, String> {
+pub fn display_holders(
+    procfs: &Path,
+    primary: &BTreeMap<DevNum, u32>,
+) -> BTreeMap<u32, DisplayHolder> {
     display_holders_for(
         procfs,
         primary,
@@ -149,7 +152,7 @@ pub fn display_holders_for(
     procfs: &Path,
     primary: &BTreeMap<DevNum, u32>,
     seat_uids: &[u32],
-) -> BTreeMap<u32, String> {
+) -> BTreeMap<u32, DisplayHolder> {
     let mut out: Vec<Holder> = Vec::new();
     if primary.is_empty() {
         return BTreeMap::new();
@@ -260,15 +263,22 @@ fn opened_for_io(dir: &Path, fd: &std::ffi::OsStr) -> bool {
 
 /// The display servers among `holders` (of primary nodes), by GPU:
 /// `comm (pid N)`, the compositor named rather than logind, its helper.
-pub fn display_servers_among(holders: &[Holder]) -> BTreeMap<u32, String> {
-    let mut out: BTreeMap<u32, String> = BTreeMap::new();
+pub fn display_servers_among(holders: &[Holder]) -> BTreeMap<u32, DisplayHolder> {
+    let mut out: BTreeMap<u32, DisplayHolder> = BTreeMap::new();
     for h in holders {
         if !DISPLAY_SERVERS.contains(&h.comm.as_str()) {
             continue;
         }
-        let e = out.entry(h.gpu).or_default();
-        if e.is_empty() || e.starts_with("systemd-logind") {
-            *e = format!("{} (pid {})", h.comm, h.pid);
+        let held = DisplayHolder {
+            comm: h.comm.clone(),
+            pid: h.pid,
+            uid: h.uid,
+        };
+        match out.get(&h.gpu) {
+            Some(e) if e.comm != "systemd-logind" => {}
+            _ => {
+                out.insert(h.gpu, held);
+            }
         }
     }
     out
@@ -318,12 +328,10 @@ mod tests {
             ],
         );
         let h = display_holders(&root, &owners);
-        assert_eq!(h.get(&1).map(String::as_str), Some("gnome-shell (pid 20)"));
+        let shown = |g: u32| h.get(&g).map(ToString::to_string);
+        assert_eq!(shown(1).as_deref(), Some("gnome-shell (pid 20)"));
         // Only logind holds GPU 2 (for a compositor): it is named.
-        assert_eq!(
-            h.get(&2).map(String::as_str),
-            Some("systemd-logind (pid 40)")
-        );
+        assert_eq!(shown(2).as_deref(), Some("systemd-logind (pid 40)"));
         // A plain program holding a GPU is not a display server.
         let root2 = fake_proc("plain", &[(30, "glxgears", &["/dev/null"])]);
         assert!(display_holders(&root2, &owners).is_empty());

@@ -226,21 +226,17 @@ fn app(socket: &std::path::Path, action: AppCmd) -> u8 {
         AppCmd::Forget { path } => (AppAction::Forget, Some(abs(path)), None, false),
         AppCmd::List { json } => (AppAction::List, None, None, *json),
     };
-    let req = Request::App {
-        action: act,
-        path,
-        gpu,
-    };
     let verb = match action {
         AppCmd::Allow { .. } => "allowed",
         AppCmd::Deny { .. } => "denied",
         AppCmd::Forget { .. } => "forgot",
         AppCmd::List { .. } => "",
     };
+    let answer = client::app(socket, act, path, gpu);
     if verb.is_empty() {
-        return call(socket, &req, json, |d: &AppsData| table::apps(&d.apps));
+        return shown(answer, json, |d: &AppsData| table::apps(&d.apps));
     }
-    call(socket, &req, json, |d: &AppChanged| {
+    shown(answer, json, |d: &AppChanged| {
         let mut out = format!("{verb} {}", d.path);
         if let Some(n) = &d.note {
             out.push_str(&format!("\nnote: {n}"));
@@ -432,7 +428,16 @@ fn call<T: DeserializeOwned>(
     as_json: bool,
     human: impl Fn(&T) -> String,
 ) -> u8 {
-    match client::request(socket, req) {
+    shown(client::request(socket, req), as_json, human)
+}
+
+/// Prints an answer (its JSON, or `human` of its data) or why there is none.
+fn shown<T: DeserializeOwned>(
+    answer: Result<Response, ClientError>,
+    as_json: bool,
+    human: impl Fn(&T) -> String,
+) -> u8 {
+    match answer {
         Ok(resp) if resp.ok => {
             if as_json {
                 print_json(resp.data.as_ref().unwrap_or(&Value::Null));

@@ -134,11 +134,17 @@ pub fn wakes(d: &WakesData) -> String {
                     cause(w),
                     w.what.as_deref().unwrap_or("-").to_string(),
                     w.awake_ms.map(seconds).unwrap_or_else(|| "-".into()),
+                    match (w.count, w.last_ts) {
+                        (n, Some(last)) if n > 1 => format!("×{n} (last {})", clock(last)),
+                        (n, _) => format!("×{n}"),
+                    },
                 ]
             })
             .collect();
         out.push_str(&render(
-            &["TIME", "GPU", "DEVICE", "WOKEN BY", "WHAT", "AWAKE"],
+            &[
+                "TIME", "GPU", "DEVICE", "WOKEN BY", "WHAT", "AWAKE", "TIMES",
+            ],
             &rows,
         ));
     }

@@ -139,16 +139,57 @@ impl Apps {
     }
 
     /// Installs the rule under the kernel's identity of `path`; returns the
-    /// O_PATH handle of exactly the file that was installed.
-    fn install(&mut self, core: &mut Core, path: &str, rule: &AppRule) -> Result<std::fs::File> {
+    /// O_PATH handle of exactly the file that was installed (`None`: the
+    /// path is out of the daemon's sight and the rule went in under the
+    /// identity saved with it).
+    fn install(
+        &mut self,
+        core: &mut Core,
+        path: &str,
+        rule: &AppRule,
+    ) -> Result<Option<(std::fs::File, gpu::FileId)>> {
         self.watch_dir_of(path);
         // O_PATH: never blocks (a FIFO would stall the loop on a plain
         // open) and reads nothing; the kernel still knows the inode.
-        let f = std::fs::OpenOptions::new()
+        let opened = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-            .open(path)
-            .with_context(|| format!("opening {path}"))?;
+            .open(path);
+        match (opened, rule.id) {
+            (Ok(f), _) => self.install_file(core, path, rule, f).map(Some),
+            // Made from a passed descriptor: the daemon never saw the
+            // path (ProtectHome=, PrivateTmp=), and still does not.
+            (Err(e), Some(id))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                let mask = app_mask(core.inventory(), rule);
+                core.enforcer.set_app(id, Some((mask, rule.allow)))?;
+                self.ids.insert(path.to_string(), id);
+                log!(
+                    "app rule for {} installed under its saved identity ({}:{}): the daemon \
+                     cannot see the path",
+                    path,
+                    id.dev,
+                    id.ino
+                );
+                Ok(None)
+            }
+            (Err(e), _) => Err(e).with_context(|| format!("opening {path}")),
+        }
+    }
+
+    /// Installs the rule under the kernel's identity of `f` (opened by the
+    /// daemon, or passed by the client) named `path`.
+    fn install_file(
+        &mut self,
+        core: &mut Core,
+        path: &str,
+        rule: &AppRule,
+        f: std::fs::File,
+    ) -> Result<(std::fs::File, gpu::FileId)> {
         let meta = f.metadata().with_context(|| format!("stat {path}"))?;
         if !meta.is_file() {
             anyhow::bail!("{path} is not a regular file (an executable is needed)");
@@ -157,21 +198,51 @@ impl Apps {
         let mask = app_mask(core.inventory(), rule);
         core.enforcer.set_app(id, Some((mask, rule.allow)))?;
         self.ids.insert(path.to_string(), id);
-        Ok(f)
+        Ok((f, id))
     }
 
     /// Takes the rule for `path` out of the kernel (if it is in) and
-    /// installs `rule` instead; returns the file it was installed for.
+    /// installs `rule` instead, for `passed` (a descriptor the client
+    /// sent) or else the file at `path`; returns the file it was installed
+    /// for and its kernel identity.
     pub fn replace(
         &mut self,
         core: &mut Core,
         path: &str,
         rule: &AppRule,
-    ) -> Result<std::fs::File> {
+        passed: Option<std::fs::File>,
+    ) -> Result<(std::fs::File, gpu::FileId)> {
         if let Some(old) = self.ids.remove(path) {
             let _ = core.enforcer.set_app(old, None);
         }
-        self.install(core, path, rule)
+        self.errors.remove(path);
+        match passed {
+            Some(f) => {
+                self.watch_dir_of(path);
+                self.install_file(core, path, rule, f)
+            }
+            None => {
+                let no_id = AppRule {
+                    id: None,
+                    ..rule.clone()
+                };
+                self.install(core, path, &no_id)?
+                    .with_context(|| format!("{path}: not opened"))
+            }
+        }
+    }
+
+    /// The rules in force, by the kernel identity of their executable:
+    /// `(allow, gpus)` as the exec hook applies them.
+    pub fn in_force(&self, core: &Core) -> BTreeMap<gpu::FileId, (bool, u32)> {
+        let choice = core.choice();
+        self.ids
+            .iter()
+            .filter_map(|(path, id)| {
+                let rule = choice.apps.get(path)?;
+                Some((*id, (rule.allow, app_mask(core.inventory(), rule))))
+            })
+            .collect()
     }
 
     /// Takes the rule for `path` out of the kernel and forgets its error.
@@ -278,7 +349,7 @@ impl Apps {
             let Some(rule) = core.choice().apps.get(&path).cloned() else {
                 continue;
             };
-            match self.replace(core, &path, &rule) {
+            match self.replace(core, &path, &rule, None) {
                 Ok(_) => {
                     self.errors.remove(&path);
                     log!("app rule for {path} re-resolved (the file was replaced)");

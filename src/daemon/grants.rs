@@ -29,6 +29,7 @@
 //!   start time, and grants the processes they forked while no daemon ran.
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -104,14 +105,22 @@ struct SavedGrants {
 }
 
 /// Grants to re-install after a restart: the saved ones whose process still
-/// runs with the same start time, and every process started since the save
-/// whose nearest granted ancestor is one of them (it was forked while no
-/// daemon ran; it inherits that grant, as the fork hook would have done).
-/// `procs` is every live process (pid → facts).
-pub fn restorable(saved: &[Grant], saved_at: u64, procs: &BTreeMap<u32, ProcInfo>) -> Vec<Grant> {
+/// runs with the same start time, and for every process started since the
+/// save what the fork and exec hooks would have given it while no daemon
+/// ran: its nearest granted ancestor's grant (fork), unless its executable
+/// has an app rule (exec): `deny` takes the grant away (from its children
+/// too), `allow` grants its GPUs. `exe_rule(pid)` is the app rule of the
+/// process's executable now, as `(allow, gpus)` (only the last exec is
+/// known: DESIGN-NOTES). `procs` is every live process (pid → facts).
+pub fn restorable(
+    saved: &[Grant],
+    saved_at: u64,
+    procs: &BTreeMap<u32, ProcInfo>,
+    exe_rule: &mut dyn FnMut(u32) -> Option<(bool, u32)>,
+) -> Vec<Grant> {
     // Re-installed by the daemon: counted in no uid's kernel share (that
     // count started again with the new map), owned by the process's uid.
-    let mut by_pid: BTreeMap<u32, Grant> = saved
+    let live: BTreeMap<u32, Grant> = saved
         .iter()
         .filter_map(|g| {
             let p = procs.get(&g.pid).filter(|p| p.start == g.start)?;
@@ -123,13 +132,17 @@ pub fn restorable(saved: &[Grant], saved_at: u64, procs: &BTreeMap<u32, ProcInfo
             Some((g.pid, g))
         })
         .collect();
-    let live: BTreeMap<u32, Grant> = by_pid.clone();
+    // What each process started since the save got (None: no grant).
+    let mut decided: BTreeMap<u32, Option<Grant>> = BTreeMap::new();
     for (&pid, info) in procs {
-        if by_pid.contains_key(&pid) || info.start < saved_at {
+        if live.contains_key(&pid) || info.start < saved_at || decided.contains_key(&pid) {
             continue;
         }
         // Walk up while the ancestors are themselves new (bounded: a chain
-        // longer than the process count is a loop).
+        // longer than the process count is a loop), down to the grant the
+        // oldest new one inherited.
+        let mut chain = vec![pid];
+        let mut inherited: Option<Grant> = None;
         let (mut cur, mut child_start) = (info.ppid, info.start);
         for _ in 0..procs.len() {
             let Some(p) = procs.get(&cur) else { break };
@@ -139,24 +152,47 @@ pub fn restorable(saved: &[Grant], saved_at: u64, procs: &BTreeMap<u32, ProcInfo
                 break;
             }
             if let Some(g) = live.get(&cur) {
-                by_pid.insert(
-                    pid,
-                    Grant {
-                        pid,
-                        start: info.start,
-                        uid: info.uid,
-                        ..g.clone()
-                    },
-                );
+                inherited = Some(g.clone());
+                break;
+            }
+            if let Some(d) = decided.get(&cur) {
+                inherited = d.clone();
                 break;
             }
             if p.start < saved_at {
                 break;
             }
+            chain.push(cur);
             child_start = p.start;
             cur = p.ppid;
         }
+        // Then down the chain, as fork and exec did it.
+        let mut g = inherited;
+        for &c in chain.iter().rev() {
+            let (start, uid) = procs.get(&c).map_or((0, 0), |p| (p.start, p.uid));
+            g = match exe_rule(c) {
+                Some((false, _)) => None,
+                Some((true, gpus)) => Some(Grant {
+                    pid: c,
+                    gpus,
+                    how: GrantHow::App,
+                    only: false,
+                    start,
+                    uid,
+                    inherited: false,
+                }),
+                None => g.map(|g| Grant {
+                    pid: c,
+                    start,
+                    uid,
+                    ..g
+                }),
+            };
+            decided.insert(c, g.clone());
+        }
     }
+    let mut by_pid = live;
+    by_pid.extend(decided.into_iter().filter_map(|(pid, g)| Some((pid, g?))));
     by_pid.into_values().collect()
 }
 
@@ -323,9 +359,16 @@ impl Grants {
         }
     }
 
-    /// At start, after the saved mode is in force: re-installs the grants a
-    /// previous daemon saved (see [`restorable`]). The file is consumed.
-    pub fn restore(&mut self, enforcer: &Enforcer, mode: Mode) {
+    /// At start, after the saved mode and the app rules are in force:
+    /// re-installs the grants a previous daemon saved (see [`restorable`]),
+    /// with `apps` (kernel identity of an executable → `(allow, gpus)`)
+    /// applied to the processes started since. The file is consumed.
+    pub fn restore(
+        &mut self,
+        enforcer: &mut Enforcer,
+        mode: Mode,
+        apps: &BTreeMap<crate::gpu::FileId, (bool, u32)>,
+    ) {
         let path = self.path.clone();
         let bytes = match safefile::read_own(&path) {
             Ok(b) => b,
@@ -347,7 +390,26 @@ impl Grants {
         if mode != Mode::Smart || Some(&saved.boot_id) != boot_id().as_ref() {
             return;
         }
-        let restore = restorable(&saved.grants, saved.saved, &all_procs());
+        let mut ruled = 0;
+        let mut exe_rule = |pid: u32| {
+            if apps.is_empty() {
+                return None;
+            }
+            // O_PATH: the executable itself, whatever mount namespace or
+            // permission hides its path (the daemon has CAP_SYS_PTRACE).
+            let exe = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+                .open(format!("/proc/{pid}/exe"))
+                .ok()?;
+            let rule = apps.get(&enforcer.kernel_file_id(&exe).ok()?).copied();
+            ruled += usize::from(rule.is_some());
+            rule
+        };
+        let restore = restorable(&saved.grants, saved.saved, &all_procs(), &mut exe_rule);
+        if ruled > 0 {
+            log!("{ruled} process(es) started while no daemon ran run a program with an app rule: applied");
+        }
         let mut n = 0;
         for g in &restore {
             match enforcer.grant(g) {
@@ -504,7 +566,7 @@ mod tests {
             (400, p(1, 170)),    // unrelated new process
             (201, p(200, 1000)), // child of the reused pid: no grant
         ]);
-        let r = restorable(&saved, 100, &procs);
+        let r = restorable(&saved, 100, &procs, &mut |_| None);
         let got: Vec<(u32, u64)> = r.iter().map(|g| (g.pid, g.start)).collect();
         assert_eq!(got, vec![(100, 50), (101, 150), (102, 160)]);
         assert!(r.iter().all(|x| x.gpus == 2 && x.how == GrantHow::Run));
@@ -533,5 +595,38 @@ mod tests {
         assert_eq!(run_grants_of(&grants, 1000), 2);
         assert_eq!(run_grants_of(&grants, 1001), 1);
         assert_eq!(run_grants_of(&grants, 0), 0);
+    }
+
+    /// Issue 18 (F6): the exec hook's app rules, applied to the processes
+    /// started in the restart gap: `deny` takes the grant from the process
+    /// and its children, `allow` grants one whose parent had none.
+    #[test]
+    fn app_rules_apply_to_gap_children() {
+        let saved = [g(100, 50)];
+        let procs = BTreeMap::from([
+            (1, p(0, 0)),
+            (100, p(1, 50)),    // granted, alive
+            (101, p(100, 150)), // forked in the gap, exec'd a denied program
+            (102, p(101, 160)), // its child (no rule): nothing to inherit
+            (103, p(100, 155)), // forked in the gap, no rule: inherits
+            (400, p(1, 170)),   // plain parent's gap child, allowed program
+            (401, p(400, 180)), // its child: inherits the app grant
+        ]);
+        let mut rule = |pid: u32| match pid {
+            101 => Some((false, 0)),
+            400 => Some((true, 4)),
+            _ => None,
+        };
+        let r = restorable(&saved, 100, &procs, &mut rule);
+        let got: Vec<(u32, u32, GrantHow)> = r.iter().map(|g| (g.pid, g.gpus, g.how)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (100, 2, GrantHow::Run),
+                (103, 2, GrantHow::Run),
+                (400, 4, GrantHow::App),
+                (401, 4, GrantHow::App)
+            ]
+        );
     }
 }

@@ -226,15 +226,14 @@ pub fn check(
     policy::refuse_skips(plan(inv, procfs, choice, blocked)?)
 }
 
-/// The pids of the display servers a plan skipped GPUs for (its skip
-/// reasons name them `… (pid N) …`): the daemon watches them (pidfds) and
-/// plans again when they exit, instead of waiting for a hardware event.
+/// The pids of the display servers a plan skipped GPUs for (each skip's
+/// typed `holder`): the daemon watches them (pidfds) and plans again when
+/// they exit, instead of waiting for a hardware event.
 pub fn skipped_holder_pids(plan: &Plan) -> Vec<u32> {
     let mut out: Vec<u32> = plan
         .skipped
         .iter()
-        .flat_map(|s| s.reason.split("(pid ").skip(1))
-        .filter_map(|r| r.split(')').next()?.parse().ok())
+        .filter_map(|s| s.holder.as_ref().map(|h| h.pid))
         .collect();
     out.sort_unstable();
     out.dedup();
@@ -260,10 +259,16 @@ mod tests {
                     gpu: 1,
                     reason: "GPU 1 is held open by the display server gnome-shell (pid 4321)"
                         .into(),
+                    holder: Some(crate::gpu::DisplayHolder {
+                        comm: "gnome-shell".into(),
+                        pid: 4321,
+                        uid: 1000,
+                    }),
                 },
                 policy::Skip {
                     gpu: 2,
-                    reason: "GPU 2 drives a display".into(),
+                    reason: "GPU 2 drives a display (pid 99)".into(),
+                    holder: None,
                 },
             ],
             ..Plan::default()

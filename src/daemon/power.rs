@@ -160,6 +160,9 @@ fn new_wake(e: &PmEvent, pci: &str, ts: f64) -> Wake {
         kworker: w.is_some_and(|w| w.kthread),
         r#async: w.is_some_and(|w| w.r#async),
         awake_ms: None,
+        count: 1,
+        last_ts: Some(ts),
+        first_of_uid: false,
         mono_ns: e.ts,
     }
 }
@@ -381,10 +384,7 @@ impl Power {
                 count_waker(&mut g.wakers, &wake);
             }
             out.push(Event::Wake(wake.clone()));
-            self.history.push_back(wake);
-            while self.history.len() > HISTORY {
-                self.history.pop_front();
-            }
+            remember(&mut self.history, wake);
         }
         if e.role == Role::Gpu && e.status == RPM_SUSPENDED {
             let awake_ms = g
@@ -568,6 +568,52 @@ impl Power {
             gpus,
             wakes,
         })
+    }
+}
+
+/// Whether two wakes have one cause (merged into one history row): the
+/// same device, by the same command of the same uid, doing the same thing.
+/// The pid is left out: a loop of short-lived readers is one cause.
+fn same_cause(a: &Wake, b: &Wake) -> bool {
+    (
+        a.gpu, &a.device, a.role, a.uid, &a.comm, &a.what, a.kworker, a.r#async,
+    ) == (
+        b.gpu, &b.device, b.role, b.uid, &b.comm, &b.what, b.kworker, b.r#async,
+    )
+}
+
+/// Adds a wake to the history, which no one uid can rewrite (issue 18,
+/// F6): a repeated wake is merged into its row (counted, moved to the end,
+/// pid and times of the latest), each uid's first row is kept, and when
+/// the history is full the oldest other row of the uid holding the most
+/// rows goes, so every uid keeps its share.
+fn remember(history: &mut VecDeque<Wake>, wake: Wake) {
+    if let Some(i) = history.iter().rposition(|w| same_cause(w, &wake)) {
+        if let Some(mut row) = history.remove(i) {
+            row.count = row.count.saturating_add(1);
+            row.last_ts = wake.ts;
+            row.pid = wake.pid;
+            row.tgid = wake.tgid;
+            row.mono_ns = wake.mono_ns;
+            row.awake_ms = None;
+            history.push_back(row);
+        }
+        return;
+    }
+    let mut wake = wake;
+    wake.first_of_uid = !history.iter().any(|w| w.uid == wake.uid);
+    history.push_back(wake);
+    while history.len() > HISTORY {
+        let mut rows: BTreeMap<Option<u32>, usize> = BTreeMap::new();
+        for w in history.iter().filter(|w| !w.first_of_uid) {
+            *rows.entry(w.uid).or_insert(0) += 1;
+        }
+        let heaviest = rows.iter().max_by_key(|(_, n)| **n).map(|(uid, _)| *uid);
+        // Only first rows left (more uids than rows): the oldest goes.
+        let victim = heaviest
+            .and_then(|u| history.iter().position(|w| !w.first_of_uid && w.uid == u))
+            .unwrap_or(0);
+        history.remove(victim);
     }
 }
 
@@ -802,12 +848,23 @@ mod tests {
         assert_eq!(k["comm"], "lspci", "kernel threads are nobody's secret");
     }
 
+    /// A wake of the GPU by `comm` of `uid` reading `file`.
+    fn wake_by(uid: u32, comm: &str, file: &str) -> Waker {
+        let mut w = lspci();
+        w.uid = uid;
+        w.comm = comm.into();
+        w.fd_path[0] = file.into();
+        w
+    }
+
     #[test]
     fn history_is_bounded() {
         let mut p = power_with_gpu();
         for i in 0..(HISTORY as u64 + 50) {
+            // Each of another cause (the same one would be merged).
+            let w = wake_by(1000, &format!("p{i}"), "config");
             p.apply(
-                &ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, i * 10, None),
+                &ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, i * 10, Some(w)),
                 0.0,
             );
             p.apply(
@@ -818,6 +875,59 @@ mod tests {
         assert_eq!(p.history.len(), HISTORY);
         assert_eq!(p.gpus[&1].wakes, HISTORY as u64 + 50);
         assert!(p.history.iter().all(|w| w.awake_ms == Some(0)));
+    }
+
+    /// Issue 18 (F6): 300 `config` reads by one user used to push root's
+    /// wake out of the history. Repeated wakes merge into one counted row;
+    /// a user varying the cause fills only its share, and each uid's first
+    /// wake stays.
+    #[test]
+    fn one_user_cannot_rewrite_the_wake_history() {
+        let mut p = power_with_gpu();
+        let mut t = 0;
+        let mut wake = |p: &mut Power, w: Waker, ts: f64| {
+            t += 10;
+            p.apply(&ev("0000:01:00.0", Role::Gpu, RPM_ACTIVE, t, Some(w)), ts);
+            p.apply(
+                &ev("0000:01:00.0", Role::Gpu, RPM_SUSPENDED, t + 5, None),
+                ts,
+            );
+        };
+        wake(&mut p, wake_by(0, "nvidia-smi", "resource0"), 1.0);
+        for i in 0..300 {
+            wake(&mut p, wake_by(1000, "cat", "config"), 2.0 + f64::from(i));
+        }
+        assert_eq!(p.history.len(), 2, "300 repeated wakes are one row");
+        let row = &p.history[1];
+        assert_eq!(
+            (row.count, row.ts, row.last_ts),
+            (300, Some(2.0), Some(301.0))
+        );
+        assert_eq!(row.awake_ms, Some(0));
+        assert_eq!(p.history[0].comm.as_deref(), Some("nvidia-smi"));
+        let j = val(p.gpu_json(1));
+        assert_eq!(j["last_wake"]["comm"], "cat");
+        assert_eq!(j["last_wake"]["count"], 300);
+
+        // Another user's later wakes, then the attacker varying the cause
+        // (a new command name each time) far past the history's size.
+        wake(&mut p, wake_by(1001, "game", "card1"), 400.0);
+        wake(&mut p, wake_by(1001, "game", "renderD128"), 401.0);
+        for i in 0..(3 * HISTORY) {
+            wake(&mut p, wake_by(1000, &format!("x{i}"), "config"), 500.0);
+        }
+        assert_eq!(p.history.len(), HISTORY);
+        let of = |uid: u32| p.history.iter().filter(|w| w.uid == Some(uid)).count();
+        assert_eq!(of(0), 1, "root's first wake stays");
+        assert_eq!(of(1001), 2, "a user under its share keeps its rows");
+        assert_eq!(of(1000), HISTORY - 3);
+        assert!(
+            p.history
+                .iter()
+                .any(|w| w.uid == Some(1000) && w.comm.as_deref() == Some("cat") && w.count == 300),
+            "the attacker's own first row stays too"
+        );
+        assert_eq!(p.gpus[&1].wakes, 1 + 300 + 2 + 3 * HISTORY as u64);
     }
 
     #[test]

@@ -16,9 +16,14 @@
 //!   request's time per turn.
 //! - **Backpressure**: nothing more is read from a connection while its
 //!   previous answer is not yet sent, or while it has a request waiting.
+//! - **Passed descriptors** (`app allow|deny` sends the program as an
+//!   O_PATH fd, SCM_RIGHTS): at most [`MAX_PASSED`] held per connection,
+//!   given to the next request served and closed with it whatever it
+//!   answers; a second one, or any other ancillary data, closes the
+//!   connection with `bad_request` (every descriptor received is closed).
 
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::AsFd;
+use std::io::{ErrorKind, Write};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -28,6 +33,9 @@ use nix::poll::{PollFd, PollFlags};
 
 use super::auth::Peer;
 use crate::proto::{self, Code, Request, Response, MAX_LINE};
+
+/// Descriptors one connection may have passed and not yet used.
+pub const MAX_PASSED: usize = 1;
 
 /// A client must send a whole request within this time of connecting (or
 /// of its previous response), or it is told so and dropped.
@@ -63,6 +71,8 @@ pub struct Conn {
     closing: bool,
     /// Streams events; no request deadline applies.
     pub subscribed: bool,
+    /// The descriptor that came with the request being read (SCM_RIGHTS).
+    passed: Option<OwnedFd>,
 }
 
 impl Conn {
@@ -78,6 +88,7 @@ impl Conn {
             expires: now + MAX_LIFETIME,
             closing: false,
             subscribed: false,
+            passed: None,
         }
     }
 
@@ -261,7 +272,14 @@ impl Server {
 
     /// Answers at most one waiting request per connection (round robin, so
     /// one client's pipeline cannot starve the others).
-    pub fn serve(&mut self, now: Instant, handle: &mut dyn FnMut(Request, &Conn) -> Response) {
+    /// A descriptor the client passed goes to `handle` with the request
+    /// that takes one ([`Request::takes_fd`]); with any other request it
+    /// is closed and the request refused.
+    pub fn serve(
+        &mut self,
+        now: Instant,
+        handle: &mut dyn FnMut(Request, &Conn, Option<OwnedFd>) -> Response,
+    ) {
         for i in 0..self.conns.len() {
             if !self.conns[i].has_request() {
                 continue;
@@ -272,9 +290,16 @@ impl Server {
             };
             let line: Vec<u8> = conn.inbuf.drain(..=pos).collect();
             let line = &line[..line.len() - 1];
+            // Taken here, so it is closed on every path below.
+            let passed = conn.passed.take();
             let resp = match proto::decode(line) {
+                Ok(req) if passed.is_some() && !req.takes_fd() => Response::err(
+                    Code::BadRequest,
+                    "a descriptor came with a request that takes none (only `app allow|deny` \
+                     with \"fd\": true does)",
+                ),
                 Ok(Request::Events {}) => self.subscribe(i, handle),
-                Ok(req) => handle(req, &self.conns[i]),
+                Ok(req) => handle(req, &self.conns[i], passed),
                 Err(r) => r,
             };
             let conn = &mut self.conns[i];
@@ -288,7 +313,7 @@ impl Server {
     fn subscribe(
         &mut self,
         i: usize,
-        handle: &mut dyn FnMut(Request, &Conn) -> Response,
+        handle: &mut dyn FnMut(Request, &Conn, Option<OwnedFd>) -> Response,
     ) -> Response {
         let conn = &self.conns[i];
         if !conn.privileged {
@@ -308,7 +333,7 @@ impl Server {
                 );
             }
         }
-        let resp = handle(Request::Events {}, &self.conns[i]);
+        let resp = handle(Request::Events {}, &self.conns[i], None);
         if resp.ok {
             let conn = &mut self.conns[i];
             conn.subscribed = true;
@@ -434,21 +459,36 @@ fn read_some(conn: &mut Conn) {
     let room = MAX_LINE
         .saturating_sub(conn.inbuf.len())
         .clamp(1, buf.len());
-    match conn.stream.read(&mut buf[..room]) {
-        Ok(0) => {
+    let got = recv_with_fds(&conn.stream, &mut buf[..room]);
+    if let Ok((_, anc)) = &got {
+        if let Some(why) = anc.refusal(conn.passed.is_some()) {
+            // Every descriptor in `anc` is closed when it drops.
+            conn.fail(&Response::err(Code::BadRequest, why));
+            conn.inbuf.clear();
+            conn.passed = None;
+            return;
+        }
+    }
+    match got {
+        Ok((0, _)) => {
             // EOF. A partial line means the client left mid-request: there
             // is nobody to answer.
             conn.closing = true;
             conn.inbuf.clear();
+            conn.passed = None;
         }
-        // A stream takes no requests; what it says is ignored.
+        // A stream takes no requests; what it says (or passes) is ignored.
         Ok(_) if conn.subscribed => {}
-        Ok(n) => {
+        Ok((n, mut anc)) => {
+            if let Some(fd) = anc.fds.pop() {
+                conn.passed = Some(fd);
+            }
             conn.inbuf.extend_from_slice(&buf[..n]);
             let line_end = conn.inbuf.iter().position(|&b| b == b'\n');
             if line_end.unwrap_or(conn.inbuf.len()) >= MAX_LINE {
                 conn.fail(&too_large());
                 conn.inbuf.clear();
+                conn.passed = None;
             }
         }
         Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
@@ -456,8 +496,105 @@ fn read_some(conn: &mut Conn) {
             conn.closing = true;
             conn.inbuf.clear();
             conn.outbuf.clear();
+            conn.passed = None;
         }
     }
+}
+
+/// What one `recvmsg` brought besides bytes. Each descriptor is owned at
+/// once, so whatever is refused is closed.
+#[derive(Default)]
+struct Ancillary {
+    fds: Vec<OwnedFd>,
+    /// A control message that is not SCM_RIGHTS (credentials, say).
+    other: bool,
+    /// The kernel had more than the buffer holds (MSG_CTRUNC): the
+    /// descriptors that did not fit were closed by the kernel.
+    truncated: bool,
+}
+
+impl Ancillary {
+    /// Why this read closes the connection (`held`: a descriptor is
+    /// already waiting for its request).
+    fn refusal(&self, held: bool) -> Option<String> {
+        if self.other || self.truncated {
+            return Some(
+                "only one descriptor (SCM_RIGHTS) may come with a request; closing".into(),
+            );
+        }
+        if self.fds.len() + usize::from(held) > MAX_PASSED {
+            return Some(format!(
+                "at most {MAX_PASSED} descriptor may come with a request; closing"
+            ));
+        }
+        None
+    }
+}
+
+/// Control-message room: a few descriptors (more than [`MAX_PASSED`] are
+/// refused, but each that arrives must be taken to be closed), 8-aligned.
+const CMSG_WORDS: usize = 8;
+
+/// `recvmsg(2)` of up to `buf.len()` bytes and the descriptors sent with
+/// them (close-on-exec), without blocking.
+fn recv_with_fds(stream: &UnixStream, buf: &mut [u8]) -> std::io::Result<(usize, Ancillary)> {
+    let mut cbuf = [0u64; CMSG_WORDS];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid (no name, no buffers).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    // SAFETY: `msg` points at `iov` (into `buf`) and `cbuf`, both live and
+    // of the lengths given, for the duration of the call.
+    let n = unsafe {
+        libc::recvmsg(
+            stream.as_raw_fd(),
+            &mut msg,
+            libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut anc = Ancillary {
+        truncated: msg.msg_flags & libc::MSG_CTRUNC != 0,
+        ..Ancillary::default()
+    };
+    let end = cbuf.as_ptr() as usize + msg.msg_controllen.min(std::mem::size_of_val(&cbuf));
+    // SAFETY: the kernel filled `msg_controllen` bytes of `cbuf` with
+    // well-formed cmsghdrs; CMSG_FIRSTHDR/NXTHDR stay inside that length.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+    while !c.is_null() {
+        // SAFETY: `c` is a cmsghdr inside `cbuf` (checked by the macros).
+        let (level, ty, len) = unsafe { ((*c).cmsg_level, (*c).cmsg_type, (*c).cmsg_len) };
+        if level == libc::SOL_SOCKET && ty == libc::SCM_RIGHTS {
+            // SAFETY: as above; CMSG_DATA is the payload after the header.
+            let data = unsafe { libc::CMSG_DATA(c) } as usize;
+            let stop = (c as usize + len).min(end);
+            let count = stop.saturating_sub(data) / std::mem::size_of::<libc::c_int>();
+            for k in 0..count {
+                // SAFETY: `count` ints lie between `data` and the end of
+                // this message, inside `cbuf` (unaligned read: CMSG_DATA
+                // need not be int-aligned in general).
+                let fd = unsafe { std::ptr::read_unaligned((data as *const libc::c_int).add(k)) };
+                if fd >= 0 {
+                    // SAFETY: the kernel just installed `fd` in this
+                    // process for us; nothing else owns it.
+                    anc.fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        } else {
+            anc.other = true;
+        }
+        // SAFETY: `c` is a valid header of `msg`'s control buffer.
+        c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+    }
+    Ok((n as usize, anc))
 }
 
 fn too_large() -> Response {

@@ -181,7 +181,7 @@ fn turn(d: &mut Daemon, server: &mut Server, sigs: &Signals, ready: &[(Src, Poll
         on_ready(d, server, sigs, &mut t, src, revents);
     }
     let Turn { now, accept } = t;
-    server.serve(now, &mut |req, conn| handlers::handle(d, req, conn));
+    server.serve(now, &mut |req, conn, fd| handlers::handle(d, req, conn, fd));
     if accept {
         let gid = auth::configured_gid(&d.core.config().group);
         let seat = d

@@ -127,7 +127,9 @@ impl Daemon {
         }
         d.push = Push::new(d.core.choice(), d.core.plan());
         // Grants of processes that outlived the previous daemon.
-        d.grants.restore(&d.core.enforcer, d.core.choice().mode);
+        let apps = d.apps.in_force(&d.core);
+        let mode = d.core.choice().mode;
+        d.grants.restore(&mut d.core.enforcer, mode, &apps);
         let core = &d.core;
         log!(
             "started: backend {}{}, mode {}, {} GPU(s), blocking {}",

@@ -155,11 +155,15 @@ pub fn perform(socket: &Path, action: &Action) -> Result<(), String> {
             force: false,
         },
         Action::Unblock(g) => Request::Unblock { gpu: g.to_string() },
-        Action::Allow(path) => Request::App {
-            action: AppAction::Allow,
-            path: Some(path.clone()),
-            gpu: None,
-        },
+        // The program goes as a descriptor: the daemon may not see the
+        // user's home (client::app).
+        Action::Allow(path) => {
+            return match client::app(socket, AppAction::Allow, Some(path.clone()), None) {
+                Ok(Response { ok: true, .. }) => Ok(()),
+                Ok(r) => Err(r.error.map_or("the daemon refused".into(), |e| e.message)),
+                Err(e) => Err(e.to_string()),
+            }
+        }
         Action::Auto(on) => Request::Auto {
             action: Some(if *on { AutoAction::On } else { AutoAction::Off }),
         },

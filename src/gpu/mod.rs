@@ -43,7 +43,7 @@ impl DevNum {
 }
 
 /// A file as the kernel identifies it: its superblock's device and inode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct FileId {
     pub dev: DevNum,
     pub ino: u64,
@@ -158,7 +158,23 @@ pub struct Gpu {
     /// it advertising a GPU its clients cannot open. Filled in by the
     /// daemon before it plans a block (a procfs scan), never by discovery.
     #[serde(skip)]
-    pub display_holder: Option<String>,
+    pub display_holder: Option<DisplayHolder>,
+}
+
+/// A display server (or logind on its behalf) holding a GPU's primary
+/// node: what a skip names, typed (issue 18, F2), shown as `comm (pid N)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DisplayHolder {
+    pub comm: String,
+    pub pid: u32,
+    /// The owner of `/proc/<pid>`: who may see its pid and name.
+    pub uid: u32,
+}
+
+impl fmt::Display for DisplayHolder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (pid {})", self.comm, self.pid)
+    }
 }
 
 impl Gpu {

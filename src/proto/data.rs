@@ -155,6 +155,49 @@ pub struct StatusData {
     #[serde(default)]
     pub gpus: Vec<StatusGpu>,
     pub power_monitor: Option<PowerMonitor>,
+    /// GPUs the mode in force would block but leaves alone because a
+    /// display server holds them (issue 18, F2).
+    #[serde(default)]
+    pub held_by_display_server: Vec<HeldGpu>,
+}
+
+/// A GPU left unblocked for the display server holding it (`status`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeldGpu {
+    pub gpu: u32,
+    /// Whether the mode in force is automation's (it skipped the GPU
+    /// rather than refuse a request).
+    #[serde(default)]
+    pub auto: bool,
+    /// Private: the display server's pid.
+    pub pid: Option<u32>,
+    /// Private: its command name.
+    pub comm: Option<String>,
+    /// Private: the owner of its `/proc` entry.
+    pub uid: Option<u32>,
+}
+
+impl Redact for HeldGpu {
+    const PUBLIC: &'static [&'static str] = &["gpu", "auto"];
+    const PRIVATE: &'static [&'static str] = &["pid", "comm", "uid"];
+
+    fn visible_to(&self, viewer: Viewer) -> bool {
+        viewer.sees(self.uid)
+    }
+
+    fn redact(&mut self) {
+        let HeldGpu {
+            gpu: _,
+            auto: _,
+            pid,
+            comm,
+            uid,
+        } = self;
+        *pid = None;
+        *comm = None;
+        *uid = None;
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -358,12 +401,27 @@ pub struct Wake {
     /// An asynchronous resume request.
     #[serde(default)]
     pub r#async: bool,
-    /// How long the GPU stayed awake; `null` while it is awake (or for a
-    /// sibling or bridge).
+    /// How long the GPU stayed awake (the latest time, for a merged row);
+    /// `null` while it is awake (or for a sibling or bridge).
     pub awake_ms: Option<u64>,
+    /// How many wakes this row stands for: repeated wakes of one device by
+    /// one command, uid and operation are merged into one history row
+    /// (1 in a `wake` event).
+    #[serde(default = "one")]
+    pub count: u64,
+    /// Unix time of the latest of them (`ts` is the first's).
+    pub last_ts: Option<f64>,
     /// The kernel's CLOCK_MONOTONIC stamp (daemon only, not on the wire).
     #[serde(skip)]
     pub mono_ns: u64,
+    /// The first row of its uid in the history, kept whatever others do
+    /// (daemon only, not on the wire).
+    #[serde(skip)]
+    pub first_of_uid: bool,
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// One of a GPU's most frequent wakers.
@@ -720,7 +778,8 @@ pub struct Subscribed {
 
 impl Redact for Wake {
     const PUBLIC: &'static [&'static str] = &[
-        "gpu", "pci", "device", "role", "ts", "op", "kworker", "async", "awake_ms",
+        "gpu", "pci", "device", "role", "ts", "op", "kworker", "async", "awake_ms", "count",
+        "last_ts",
     ];
     const PRIVATE: &'static [&'static str] = &["pid", "tgid", "comm", "uid", "what", "file"];
 
@@ -746,7 +805,10 @@ impl Redact for Wake {
             kworker: _,
             r#async: _,
             awake_ms: _,
+            count: _,
+            last_ts: _,
             mono_ns: _,
+            first_of_uid: _,
         } = self;
         *pid = None;
         *tgid = None;
@@ -864,9 +926,11 @@ public!(
         "blocked_nodes",
         "gpus",
         "power_monitor",
+        "held_by_display_server",
     ],
     |s, v| {
         s.note = note_for(s.note, v);
+        s.held_by_display_server = each(s.held_by_display_server, v);
         let (grants, hidden) = withhold(s.grants, v);
         s.grants = grants;
         s.grants_hidden += hidden;

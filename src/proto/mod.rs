@@ -65,6 +65,12 @@ pub enum Request {
         path: Option<String>,
         #[serde(default)]
         gpu: Option<String>,
+        /// `allow`/`deny`: the program itself comes with the request line
+        /// as one O_PATH descriptor (SCM_RIGHTS), so the daemon needs no
+        /// access to `path` (its unit hides `/home` and `/tmp`); `path`
+        /// is then only the rule's name. `false`: the daemon opens `path`.
+        #[serde(default)]
+        fd: bool,
     },
     /// Turn this connection into a stream of events (denied, wake, sleep, power).
     Events {},
@@ -105,6 +111,19 @@ pub enum AppAction {
 }
 
 impl Request {
+    /// Whether the request line comes with one descriptor (SCM_RIGHTS).
+    /// Any other request that brings one is refused.
+    pub fn takes_fd(&self) -> bool {
+        matches!(
+            self,
+            Request::App {
+                action: AppAction::Allow | AppAction::Deny,
+                fd: true,
+                ..
+            }
+        )
+    }
+
     /// Whether the request changes state (and so needs authorization).
     pub fn is_change(&self) -> bool {
         match self {
@@ -265,6 +284,7 @@ mod tests {
                 action: AppAction::Allow,
                 path: Some("/usr/bin/game".into()),
                 gpu: None,
+                fd: true,
             },
             Request::Events {},
             Request::Auto {

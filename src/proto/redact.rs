@@ -231,7 +231,10 @@ mod tests {
             kworker: false,
             r#async: false,
             awake_ms: Some(3),
+            count: 2,
+            last_ts: Some(2.5),
             mono_ns: 0,
+            first_of_uid: false,
         }
     }
 
@@ -239,6 +242,16 @@ mod tests {
     fn every_field_has_a_decision() {
         let stranger = Viewer::user(2000);
         check(wake(), stranger);
+        check(
+            crate::proto::data::HeldGpu {
+                gpu: 1,
+                auto: true,
+                pid: Some(900),
+                comm: Some("gnome-shell".into()),
+                uid: Some(1000),
+            },
+            stranger,
+        );
         check(
             TopWaker {
                 comm: Some("lspci".into()),

@@ -72,6 +72,10 @@ pub struct Env {
     pub extra_daemon_args: Vec<String>,
     /// Extra environment for the daemon.
     pub extra_env: Vec<(String, String)>,
+    /// Directories the daemon cannot see: it runs in its own mount
+    /// namespace with an empty read-only tmpfs over each, the way the
+    /// packaged unit's `ProtectHome=`/`PrivateTmp=` hide `/home` and `/tmp`.
+    pub hidden: Vec<PathBuf>,
     /// The sd_notify socket after READY=1 (later messages: WATCHDOG=1).
     pub notify_rx: Option<UnixDatagram>,
     /// The daemon's log, read as it is written (a full pipe would block a
@@ -97,6 +101,7 @@ impl Env {
             daemon: None,
             extra_daemon_args: Vec::new(),
             extra_env: Vec::new(),
+            hidden: Vec::new(),
             notify_rx: None,
             log: None,
         }
@@ -137,6 +142,40 @@ impl Env {
             .env("NOTIFY_SOCKET", &notify)
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if !self.hidden.is_empty() {
+            let hidden: Vec<CString> = self
+                .hidden
+                .iter()
+                .map(|p| CString::new(p.to_str().unwrap()).unwrap())
+                .collect();
+            // SAFETY: between fork and exec only async-signal-safe calls
+            // (unshare, mount) on memory prepared before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let none = std::ptr::null();
+                    let tmpfs = c"tmpfs".as_ptr();
+                    if libc::unshare(libc::CLONE_NEWNS) != 0
+                        || libc::mount(
+                            none,
+                            c"/".as_ptr(),
+                            none,
+                            libc::MS_REC | libc::MS_PRIVATE,
+                            std::ptr::null(),
+                        ) != 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    for h in &hidden {
+                        if libc::mount(tmpfs, h.as_ptr(), tmpfs, libc::MS_RDONLY, std::ptr::null())
+                            != 0
+                        {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
+                    Ok(())
+                })
+            };
+        }
         let mut child = cmd.spawn().unwrap();
         let mut err = child.stderr.take().unwrap();
         self.log = Some(std::thread::spawn(move || {

@@ -41,7 +41,14 @@ pub(super) fn data<T: Serialize>(t: T) -> Result<Value, Rejection> {
     serde_json::to_value(t).map_err(|e| internal(format!("encoding the answer: {e}")))
 }
 
-pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
+/// `passed`: the descriptor that came with the request line, if any (the
+/// server lets one through only for a request that takes it).
+pub(super) fn handle(
+    d: &mut Daemon,
+    req: Request,
+    conn: &Conn,
+    passed: Option<std::os::fd::OwnedFd>,
+) -> Response {
     if req.is_change() {
         // Decided from the credentials captured at connect (uid, gid,
         // supplementary groups), never from /proc at request time.
@@ -76,7 +83,7 @@ pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
     } else if !req.is_change() && !plan_only {
         d.refresh_for_read();
     }
-    let resp = match dispatch(d, &req, conn) {
+    let resp = match dispatch(d, &req, conn, passed) {
         Ok(data) => Response::ok(data),
         Err(r) => r.into_response(),
     };
@@ -94,7 +101,12 @@ pub(super) fn handle(d: &mut Daemon, req: Request, conn: &Conn) -> Response {
     resp
 }
 
-fn dispatch(d: &mut Daemon, req: &Request, conn: &Conn) -> Result<Value, Rejection> {
+fn dispatch(
+    d: &mut Daemon,
+    req: &Request,
+    conn: &Conn,
+    passed: Option<std::os::fd::OwnedFd>,
+) -> Result<Value, Rejection> {
     match req {
         Request::Ping {} => data(PingData {
             pid: std::process::id(),
@@ -110,7 +122,25 @@ fn dispatch(d: &mut Daemon, req: &Request, conn: &Conn) -> Result<Value, Rejecti
         Request::Grant { gpu, only } => {
             data(run::grant(d, conn.peer.as_ref(), gpu.as_deref(), *only)?)
         }
-        Request::App { action, path, gpu } => app::app(d, *action, path.as_deref(), gpu.as_deref()),
+        Request::App {
+            action,
+            path,
+            gpu,
+            fd,
+        } => {
+            let passed = match (fd, passed) {
+                (true, Some(f)) => Some(f),
+                (true, None) => {
+                    return Err(Rejection::BadRequest(
+                        "\"fd\": true, but no descriptor came with the request line \
+                         (SCM_RIGHTS, with its first byte)"
+                            .into(),
+                    ))
+                }
+                (false, _) => None,
+            };
+            app::app(d, *action, path.as_deref(), gpu.as_deref(), passed)
+        }
         Request::Config { key, value } => {
             data(config::config(d, key.as_deref(), value.as_deref())?)
         }

@@ -6,7 +6,7 @@ use super::super::{push, Daemon};
 use super::viewer;
 use super::Rejection;
 use crate::policy;
-use crate::proto::data::{DaemonInfo, ListData, ListGpu, StatusData, StatusGpu, SCHEMA};
+use crate::proto::data::{DaemonInfo, HeldGpu, ListData, ListGpu, StatusData, StatusGpu, SCHEMA};
 use crate::proto::redact::{Redact, Viewer};
 
 pub(super) fn list(d: &mut Daemon, viewer: Viewer) -> ListData {
@@ -56,6 +56,22 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
     d.power.annotate_status(&mut gpus);
     let core = &d.core;
     let backend = core.enforcer.backend();
+    let auto = d.auto.json(&core.config().auto, core.choice().mode);
+    let held_by_display_server = core
+        .plan()
+        .skipped
+        .iter()
+        .filter_map(|s| {
+            let h = s.holder.as_ref()?;
+            Some(HeldGpu {
+                gpu: s.gpu,
+                auto: auto.active,
+                pid: Some(h.pid),
+                comm: Some(h.comm.clone()),
+                uid: Some(h.uid),
+            })
+        })
+        .collect();
     Ok(StatusData {
         schema: SCHEMA,
         daemon: DaemonInfo {
@@ -74,7 +90,7 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
         note: core.note().clone(),
         modes: push::modes(core.inventory(), core.choice()),
         may_change: conn.privileged || conn.seat,
-        auto: Some(d.auto.json(&core.config().auto, core.choice().mode)),
+        auto: Some(auto),
         state_not_saved: core.save_error().clone(),
         grants,
         grants_hidden,
@@ -91,6 +107,7 @@ pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejectio
             .collect(),
         gpus,
         power_monitor: Some(d.power.status_json()),
+        held_by_display_server,
     }
     .for_viewer(viewer(conn)))
 }

@@ -483,3 +483,35 @@ fn a_plain_user_does_not_see_the_display_servers_pid_in_the_note() {
     );
     env.stop();
 }
+
+/// Issue 18, F2: `status` says, typed, that automation skipped a GPU
+/// because a display server holds it: which GPU, and who (to root and the
+/// group; a plain user sees the GPU and that it was automation, not the
+/// root-owned holder's pid or name). Before, only the `note` sentence did.
+#[test]
+#[ignore = "root"]
+fn status_names_the_display_server_automation_skipped_a_gpu_for() {
+    root_test!();
+    let mut env = laptop(false, RULES);
+    let card = DevNode::new("held", DGPU_CARD.0, DGPU_CARD.1);
+    fake_holder(&env, 4323, "gnome-shell", &card);
+    env.start();
+    let v = env.json(&["status"]);
+    let held = &v["held_by_display_server"];
+    assert_eq!(held.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(held[0]["gpu"], 1, "{v}");
+    assert_eq!(held[0]["auto"], true, "{v}");
+    assert_eq!(held[0]["pid"], 4323, "{v}");
+    assert_eq!(held[0]["comm"], "gnome-shell", "{v}");
+    let out = env.gpuctl_as(Some(60001), &["status", "--json"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let held = &v["held_by_display_server"][0];
+    assert_eq!(
+        (held["gpu"].clone(), held["auto"].clone()),
+        (serde_json::json!(1), serde_json::json!(true)),
+        "{v}"
+    );
+    assert!(held["pid"].is_null() && held["comm"].is_null(), "{v}");
+    env.stop();
+}

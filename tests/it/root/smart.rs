@@ -253,6 +253,58 @@ fn app_rules_grant_that_binary_only() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("interpreter (/bin/sh)"));
 }
 
+/// Issue 18 (F6): the packaged unit hides `/home` and `/tmp` from the
+/// daemon (`ProtectHome=`, `PrivateTmp=`). `app allow` of a program there
+/// passes the program as a descriptor; the rule holds across a restart
+/// (by the identity saved with it) and `forget` removes it.
+#[test]
+#[ignore = "root"]
+fn app_rules_for_programs_the_daemon_cannot_see() {
+    root_test!();
+    let mut env = smart_env();
+    let home = env.dir.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mysh = home.join("mysh");
+    std::fs::copy("/bin/sh", &mysh).unwrap();
+    let mysh = mysh.to_str().unwrap().to_string();
+    env.stop();
+    env.hidden = vec![home.clone()];
+    env.start();
+    let dgpu = node_arg(&env, 226, 0);
+
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), EPERM);
+    let out = env.gpuctl(&["app", "allow", &mysh]);
+    assert!(out.status.success(), "{}", describe(&out));
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), ENXIO);
+    let list = env.json(&["app", "list"]);
+    assert_eq!(list["apps"][0]["path"], mysh.as_str());
+    assert_eq!(list["apps"][0]["error"], serde_json::Value::Null);
+
+    // A restarted daemon still cannot see it: the saved identity holds.
+    env.stop();
+    env.start();
+    assert_eq!(open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[]), ENXIO);
+
+    // Deny, then forget, work the same way.
+    assert!(env.gpuctl(&["app", "deny", &mysh]).status.success());
+    assert_eq!(
+        open_via(&env, &[&mysh, "-c", OPEN, &dgpu], &[("DRI_PRIME", "1")]),
+        EPERM
+    );
+    assert!(env.gpuctl(&["app", "forget", &mysh]).status.success());
+    assert_eq!(env.json(&["app", "list"])["apps"], serde_json::json!([]));
+
+    // A FIFO passed as the program is refused with a clear error.
+    let fifo = home.join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: valid path; plain mkfifo(3).
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let out = env.gpuctl(&["app", "allow", fifo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", describe(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+    env.stop();
+}
+
 #[test]
 #[ignore = "root"]
 fn run_outside_smart_mode() {
