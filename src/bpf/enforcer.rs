@@ -1117,6 +1117,16 @@ impl Enforcer {
 mod tests {
     use super::*;
 
+    /// A new cgroup under the cgroup2 mount, named PREFIX + this pid.
+    fn scratch_cgroup(prefix: &str) -> PathBuf {
+        let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let cg = kernel::cgroup2_mount(&mi)
+            .unwrap()
+            .join(format!("{prefix}{}", std::process::id()));
+        std::fs::create_dir_all(&cg).unwrap();
+        cg
+    }
+
     /// Root only: open the embedded object, set `.rodata`, load, apply a
     /// plan, and prove the loaded program honours `daemon_tgid`: the exempt
     /// process opens a blocked node (ENXIO: no driver), another gets EPERM.
@@ -1124,11 +1134,7 @@ mod tests {
     #[ignore = "root"]
     fn loads_and_exempts_the_daemon_tgid() {
         crate::bpf::require_root("loads_and_exempts_the_daemon_tgid");
-        let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let cg = kernel::cgroup2_mount(&mi)
-            .unwrap()
-            .join(format!("gpuctl-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&cg).unwrap();
+        let cg = scratch_cgroup("gpuctl-unit-");
         let dir = std::env::temp_dir().join(format!("gpuctl-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let node = dir.join("node");
@@ -1225,11 +1231,7 @@ mod tests {
     #[ignore = "root"]
     fn the_rest_loads_on_first_need_and_shares_the_maps() {
         crate::bpf::require_root("the_rest_loads_on_first_need_and_shares_the_maps");
-        let mi = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let cg = kernel::cgroup2_mount(&mi)
-            .unwrap()
-            .join(format!("gpuctl-unit-rest-{}", std::process::id()));
-        std::fs::create_dir_all(&cg).unwrap();
+        let cg = scratch_cgroup("gpuctl-unit-rest-");
         let mut e = Enforcer::load(&Options {
             backend: Backend::Cgroup,
             cgroup: Some(cg.clone()),
