@@ -82,6 +82,14 @@ struct {
 	__type(value, struct dev_rule);
 } blocked_files SEC(".maps");
 
+/* New nodes of a blocked GPU's major (struct node_guard), per GPUCTL_GUARD_*. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, GPUCTL_GUARDS);
+	__type(key, __u32);
+	__type(value, struct node_guard);
+} guards SEC(".maps");
+
 /* Per-GPU count of denied opens; per-CPU so the hot path takes no lock. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -167,6 +175,33 @@ struct {
 	__type(key, __u32);
 	__type(value, struct env_buf);
 } env_scratch SEC(".maps");
+
+/*
+ * The rule for a node that `blocked_devs` does not list: a node of a guarded
+ * major that did not exist at the plan (a blocked GPU's driver made it since)
+ * is denied as that GPU's. NULL for every other node. One array lookup
+ * (inlined by the verifier), only for the DRM and NVIDIA majors.
+ */
+static __always_inline struct dev_rule *guarded(__u32 major, __u32 minor)
+{
+	struct node_guard *g;
+	__u32 idx;
+
+	if (major == GPUCTL_DRM_MAJOR)
+		idx = GPUCTL_GUARD_DRM;
+	else if (major == GPUCTL_NVIDIA_MAJOR)
+		idx = GPUCTL_GUARD_NVIDIA;
+	else
+		return NULL;
+	if (minor >= GPUCTL_GUARD_MINORS)
+		return NULL;
+	g = bpf_map_lookup_elem(&guards, &idx);
+	if (!g || !g->on)
+		return NULL;
+	if (g->known[minor / 64] & (1ULL << (minor % 64)))
+		return NULL;
+	return &g->rule;
+}
 
 static __always_inline void count_denied(__u32 gpu)
 {
@@ -342,6 +377,8 @@ int gpuctl_cgroup_dev(struct bpf_cgroup_dev_ctx *ctx)
 	key.minor = ctx->minor;
 	rule = bpf_map_lookup_elem(&blocked_devs, &key);
 	if (!rule)
+		rule = guarded(key.major, key.minor);
+	if (!rule)
 		return 1;
 	task = bpf_get_current_task_btf();
 	if (!decide(rule, task->tgid))
@@ -376,6 +413,8 @@ static __always_inline struct dev_rule *lsm_check(struct file *file, struct dev_
 		devkey->major = rdev >> MINORBITS;
 		devkey->minor = rdev & MINORMASK;
 		rule = bpf_map_lookup_elem(&blocked_devs, devkey);
+		if (!rule)
+			rule = guarded(devkey->major, devkey->minor);
 	} else if ((mode & S_IFMT) == S_IFREG) {
 		struct super_block *sb = inode->i_sb;
 		struct file_key fkey = {};

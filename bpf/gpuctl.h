@@ -31,6 +31,14 @@
 #define GPUCTL_MAX_ENV_KEYS 1024
 /* Denial events per CPU per second, at most. */
 #define GPUCTL_EVENTS_PER_SEC 64
+/* Minors a node guard knows about (0 .. GPUCTL_GUARD_MINORS-1); higher ones are never guarded. */
+#define GPUCTL_GUARD_MINORS 1024
+/* Index of `guards`: the DRM major (226), the NVIDIA major (195). */
+#define GPUCTL_GUARD_DRM 0
+#define GPUCTL_GUARD_NVIDIA 1
+#define GPUCTL_GUARDS 2
+#define GPUCTL_DRM_MAJOR 226
+#define GPUCTL_NVIDIA_MAJOR 195
 
 enum gpuctl_log_level {
 	GPUCTL_LOG_OFF = 0,
@@ -106,6 +114,22 @@ struct dev_rule {
 	/* gpuctl id of the GPU that owns the node; indexes `denied`. */
 	__u32 gpu;
 	__u32 flags;
+};
+
+/*
+ * Value of `guards`: while a GPU is blocked, a node of its major that did not
+ * exist when the plan was made (its driver created it since: a late module
+ * load, a rebind) is denied as that GPU's until the daemon has re-planned
+ * (docs/DESIGN-NOTES.md, "New nodes of a blocked GPU"). `known` holds every
+ * minor that existed then and is not blocked; they stay open.
+ */
+struct node_guard {
+	/* The rule a new node gets (the blocked GPU's id and flags). */
+	struct dev_rule rule;
+	/* 0: off (no GPU of this major blocked, or the default GPU has no node yet). */
+	__u32 on;
+	__u32 pad;
+	__u64 known[GPUCTL_GUARD_MINORS / 64];
 };
 
 /* Key of `blocked_files` and `apps`: a file as the kernel identifies it. */

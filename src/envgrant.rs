@@ -254,6 +254,7 @@ mod tests {
                 gpu(0, "0000:00:02.0", ("8086", "46a6"), "i915", true),
                 gpu(1, "0000:01:00.0", ("10de", "25a2"), "nvidia", false),
             ],
+            ..Default::default()
         }
     }
 
@@ -265,6 +266,7 @@ mod tests {
                 gpu(1, "0000:03:00.0", ("1002", "73ef"), "amdgpu", false),
                 gpu(2, "0000:07:00.0", ("10de", "2684"), "nvidia", false),
             ],
+            ..Default::default()
         }
     }
 

@@ -8,7 +8,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::gpu::{DevNum, FileId, Gpu, Inventory, PciAddr, NVIDIACTL};
+use crate::gpu::{DevNum, FileId, Gpu, Inventory, PciAddr, DRM_MAJOR, NVIDIACTL, NVIDIA_MAJOR};
 
 /// `NodeRule::flags`: a grant for this GPU lets a process through (smart).
 pub const RULE_GRANTABLE: u32 = 1;
@@ -126,6 +126,20 @@ pub struct Skip {
     pub holder: Option<crate::gpu::DisplayHolder>,
 }
 
+/// While a GPU is blocked, a node of its major (DRM, NVIDIA) that did not
+/// exist when the plan was made is denied as that GPU's until the next plan
+/// attributes it: a driver that binds after the daemon planned (a module
+/// loaded late at boot, a rebind) creates nodes the plan cannot name, and the
+/// re-plan that follows its uevent comes after the node exists
+/// (docs/DESIGN-NOTES.md, "New nodes of a blocked GPU").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Guard {
+    /// The rule a new node gets: the (lowest) blocked GPU of this major.
+    pub rule: NodeRule,
+    /// Minors that existed at the plan and are not blocked: they stay open.
+    pub known: BTreeSet<u32>,
+}
+
 /// The result of [`plan`]: every device number to deny, with the id of the
 /// GPU it belongs to (for the per-GPU denied counters).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -145,6 +159,10 @@ pub struct Plan {
     pub blocked: BTreeSet<u32>,
     /// GPUs the mode asks to block but the rules protect.
     pub skipped: Vec<Skip>,
+    /// New nodes guarded, by major ([`Guard`]); none for a major whose
+    /// unblocked default GPU has no node yet (its own new node would be
+    /// denied: see [`guards`]).
+    pub guards: BTreeMap<u32, Guard>,
 }
 
 /// A request the rules refuse as a whole, with the sentence that says why.
@@ -318,7 +336,81 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
             },
         );
     }
+    out.guards = guards(inv, &out, flags);
     Ok(out)
+}
+
+/// The guards of a plan ([`Guard`]). The DRM major is guarded while any GPU
+/// is blocked, the NVIDIA major while an NVIDIA GPU is. Known (left open):
+/// every node that exists now and the plan does not block — other GPUs',
+/// `simpledrm`'s, `nvidia-modeset` (254), `nvidiactl` (255) while an NVIDIA
+/// GPU runs unblocked. No guard on a major whose default GPU, when it is of
+/// that major, has no node on it yet: its driver may bind later, and its new
+/// node must not be denied (the default GPU is never blocked); such a plan
+/// leaves the window open, as before, until the daemon re-plans.
+fn guards(inv: &Inventory, plan: &Plan, flags: u32) -> BTreeMap<u32, Guard> {
+    let mut out = BTreeMap::new();
+    if plan.blocked.is_empty() {
+        return out;
+    }
+    let default = inv.default_gpu();
+    let blocked = |g: &&Gpu| plan.blocked.contains(&g.id);
+    // DRM: every GPU may have DRM nodes.
+    let drm_gpu = inv.gpus.iter().filter(blocked).map(|g| g.id).min();
+    let default_ready = default.is_none_or(|d| d.nodes.iter().any(|n| n.major == DRM_MAJOR));
+    if let (Some(gpu), true) = (drm_gpu, default_ready) {
+        out.insert(DRM_MAJOR, guard_of(inv, plan, DRM_MAJOR, gpu, flags, &[]));
+    }
+    // NVIDIA: only where an NVIDIA GPU is blocked.
+    let nv_gpu = inv
+        .gpus
+        .iter()
+        .filter(|g| g.is_nvidia())
+        .filter(blocked)
+        .map(|g| g.id)
+        .min();
+    let default_ready = default.is_none_or(|d| !d.is_nvidia() || d.nvidia_minor.is_some());
+    if let (Some(gpu), true) = (nv_gpu, default_ready) {
+        // The control nodes: modeset is never blocked; nvidiactl is open
+        // while some NVIDIA GPU is not blocked (the plan blocks it, when it
+        // must, by its number).
+        let mut fixed = vec![254];
+        if inv
+            .gpus
+            .iter()
+            .any(|g| g.is_nvidia() && !plan.blocked.contains(&g.id))
+        {
+            fixed.push(NVIDIACTL.minor);
+        }
+        out.insert(
+            NVIDIA_MAJOR,
+            guard_of(inv, plan, NVIDIA_MAJOR, gpu, flags, &fixed),
+        );
+    }
+    out
+}
+
+fn guard_of(
+    inv: &Inventory,
+    plan: &Plan,
+    major: u32,
+    gpu: u32,
+    flags: u32,
+    fixed: &[u32],
+) -> Guard {
+    let known = inv
+        .gpus
+        .iter()
+        .flat_map(|g| g.nodes.iter())
+        .chain(&inv.other_nodes)
+        .filter(|n| n.major == major && !plan.nodes.contains_key(n))
+        .map(|n| n.minor)
+        .chain(fixed.iter().copied())
+        .collect();
+    Guard {
+        rule: NodeRule { gpu, flags },
+        known,
+    }
 }
 
 #[cfg(test)]
@@ -347,6 +439,7 @@ mod tests {
                 gpu(0, "0000:00:02.0", "8086", true, &[(226, 1), (226, 128)]),
                 nv,
             ],
+            ..Default::default()
         }
     }
 
@@ -514,6 +607,69 @@ mod tests {
         let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
         assert!(p.nodes.is_empty());
         assert_eq!(p.blocked, BTreeSet::from([1]));
+    }
+
+    fn known(p: &Plan, major: u32) -> Vec<u32> {
+        p.guards[&major].known.iter().copied().collect()
+    }
+
+    /// The bug (distro boot, DESIGN-NOTES "New nodes of a blocked GPU"):
+    /// the dGPU's driver had made no node when the daemon planned, so the
+    /// plan blocked no number; the node it made then was open until the
+    /// re-plan. The guard denies every DRM minor that did not exist.
+    #[test]
+    fn a_blocked_gpu_without_nodes_guards_new_minors_of_its_majors() {
+        let mut inv = laptop();
+        inv.gpus[1].nodes.clear();
+        inv.gpus[1].nvidia_minor = None;
+        inv.other_nodes.push(DevNum::new(226, 2));
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        let g = &p.guards[&DRM_MAJOR];
+        assert_eq!(g.rule, NodeRule { gpu: 1, flags: 0 });
+        // The default GPU's nodes and a non-GPU node (simpledrm) stay open.
+        assert_eq!(known(&p, DRM_MAJOR), [1, 2, 128]);
+        // NVIDIA: nvidia-modeset is never blocked; nvidiactl is guarded
+        // with the only NVIDIA GPU blocked.
+        assert_eq!(known(&p, NVIDIA_MAJOR), [254]);
+        assert_eq!(p.guards[&NVIDIA_MAJOR].rule.gpu, 1);
+        // Smart: the new node is as grantable as the GPU's known ones.
+        let p = plan(&inv, &choice(Mode::Smart)).unwrap();
+        assert_eq!(p.guards[&DRM_MAJOR].rule.flags, RULE_GRANTABLE);
+    }
+
+    #[test]
+    fn blocked_nodes_are_not_known_and_nothing_blocked_guards_nothing() {
+        let p = plan(&laptop(), &choice(Mode::Integrated)).unwrap();
+        assert_eq!(known(&p, DRM_MAJOR), [1, 128]);
+        assert_eq!(known(&p, NVIDIA_MAJOR), [254]);
+        let p = plan(&laptop(), &choice(Mode::Hybrid)).unwrap();
+        assert!(p.guards.is_empty());
+        // A default GPU that is not NVIDIA: the NVIDIA guard does not wait
+        // for it; the DRM one does.
+        let mut inv = laptop();
+        inv.gpus[0].nodes.clear();
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        assert_eq!(p.guards.keys().collect::<Vec<_>>(), [&NVIDIA_MAJOR]);
+    }
+
+    #[test]
+    fn nvidiactl_stays_known_while_an_nvidia_gpu_runs_unblocked() {
+        let mut inv = laptop();
+        let mut other = gpu(2, "0000:02:00.0", "10de", false, &[(226, 3), (195, 1)]);
+        other.nvidia_minor = Some(1);
+        inv.gpus.push(other);
+        let mut c = choice(Mode::Manual);
+        c.manual.insert(ManualBlock {
+            pci: "0000:01:00.0".parse().unwrap(),
+            force: false,
+        });
+        let p = plan(&inv, &c).unwrap();
+        assert_eq!(known(&p, NVIDIA_MAJOR), [1, 254, 255]);
+        assert_eq!(known(&p, DRM_MAJOR), [1, 3, 128]);
+        // Both NVIDIA GPUs blocked, the lowest id names the rule.
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        assert_eq!(p.guards[&NVIDIA_MAJOR].rule.gpu, 1);
+        assert_eq!(known(&p, NVIDIA_MAJOR), [254]);
     }
 
     #[test]

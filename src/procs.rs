@@ -359,7 +359,10 @@ mod tests {
                 "power_state": null, "runtime_status": null, "sound_nodes": ["1:3"]}]
         }))
         .unwrap();
-        let inv = Inventory { gpus: vec![gpu] };
+        let inv = Inventory {
+            gpus: vec![gpu],
+            ..Default::default()
+        };
         let h = holders_of(&inv, Path::new("/proc"), Some("1")).unwrap();
         let me = std::process::id();
         assert!(

@@ -35,6 +35,17 @@ use crate::policy::NodeRule;
 
 /// `GPUCTL_MAX_GPUS`.
 pub const MAX_GPUS: u32 = 32;
+/// `GPUCTL_GUARD_MINORS`: a guard knows minors below this; higher ones are
+/// never guarded.
+pub const GUARD_MINORS: u32 = 1024;
+/// `guards` indexes: `GPUCTL_GUARD_DRM`, `GPUCTL_GUARD_NVIDIA`; the majors
+/// they guard, `GPUCTL_DRM_MAJOR`, `GPUCTL_NVIDIA_MAJOR`.
+pub const GUARD_DRM: u32 = 0;
+pub const GUARD_NVIDIA: u32 = 1;
+pub const GUARDS: [(u32, u32); 2] = [
+    (GUARD_DRM, crate::gpu::DRM_MAJOR),
+    (GUARD_NVIDIA, crate::gpu::NVIDIA_MAJOR),
+];
 
 /// `smart_cfg` bits (`.bss`): `GPUCTL_SMART_ENV`, `GPUCTL_EVENTS_ON`.
 pub const SMART_ENV: u32 = 1;
@@ -95,6 +106,7 @@ macro_rules! plain_types {
 plain_types!(
     g::dev_key,
     g::dev_rule,
+    g::node_guard,
     g::file_key,
     g::grant,
     g::uid_grants,
@@ -155,6 +167,20 @@ pub fn dev_rule(r: NodeRule) -> g::dev_rule {
         gpu: r.gpu,
         flags: r.flags,
     }
+}
+
+/// `struct node_guard`: off for `None`; else the rule and the known minors
+/// as a bitmap (minors from [`GUARD_MINORS`] up are left out: never guarded).
+pub fn node_guard(guard: Option<&crate::policy::Guard>) -> g::node_guard {
+    let mut v = g::node_guard::default();
+    if let Some(gd) = guard {
+        v.rule = dev_rule(gd.rule);
+        v.on = 1;
+        for m in gd.known.iter().filter(|&&m| m < GUARD_MINORS) {
+            v.known[(m / 64) as usize] |= 1u64 << (m % 64);
+        }
+    }
+    v
 }
 
 /// The kernel's `dev_t` encoding (`major << 20 | minor`), as `file_key.dev`.
@@ -410,6 +436,16 @@ mod tests {
         }
         let defines: &[(&str, &str, usize)] = &[
             (gpuctl, "GPUCTL_MAX_GPUS", MAX_GPUS as usize),
+            (gpuctl, "GPUCTL_GUARD_MINORS", GUARD_MINORS as usize),
+            (gpuctl, "GPUCTL_GUARD_DRM", GUARD_DRM as usize),
+            (gpuctl, "GPUCTL_GUARD_NVIDIA", GUARD_NVIDIA as usize),
+            (gpuctl, "GPUCTL_GUARDS", GUARDS.len()),
+            (gpuctl, "GPUCTL_DRM_MAJOR", crate::gpu::DRM_MAJOR as usize),
+            (
+                gpuctl,
+                "GPUCTL_NVIDIA_MAJOR",
+                crate::gpu::NVIDIA_MAJOR as usize,
+            ),
             (gpuctl, "GPUCTL_ENV_KEY_LEN", ENV_KEY_LEN),
         ];
         assert!(gpuctl.contains("#define GPUCTL_NO_SESSION 0xffffffffU\n"));
@@ -429,6 +465,18 @@ mod tests {
         assert_eq!((r.gpu, r.flags), (3, 2));
         let a = app_rule(5, true);
         assert_eq!((a.gpus, a.allow), (5, 1));
+        let off = node_guard(None);
+        assert_eq!(off.on, 0);
+        let gd = crate::policy::Guard {
+            rule: NodeRule { gpu: 1, flags: 1 },
+            known: [0, 1, 63, 64, 1023, 1024].into_iter().collect(),
+        };
+        let on = node_guard(Some(&gd));
+        assert_eq!((on.on, on.rule.gpu, on.rule.flags), (1, 1, 1));
+        assert_eq!(on.known[0], 1 | 2 | 1 << 63);
+        assert_eq!(on.known[1], 1);
+        assert_eq!(on.known[15], 1 << 63);
+        assert_eq!(on.known.len() as u32 * 64, GUARD_MINORS);
         assert_eq!(bytes(&k).len(), std::mem::size_of::<g::dev_key>());
 
         let k = env_key("DRI_PRIME=1").unwrap();

@@ -272,6 +272,8 @@ pub struct Enforcer {
     smart_links: Vec<Link>,
     nodes: BTreeMap<DevNum, NodeRule>,
     files: BTreeMap<FileId, NodeRule>,
+    /// What the `guards` map holds, per major (absent: off).
+    guards: BTreeMap<u32, crate::policy::Guard>,
     /// What the `env_grants` map holds (accepted string → GPU mask).
     env: BTreeMap<String, u32>,
     events: Option<(RingBuffer<'static>, Rc<RefCell<Vec<DenyEvent>>>)>,
@@ -436,6 +438,7 @@ impl Enforcer {
             block_links: Vec::new(),
             smart_links: Vec::new(),
             nodes: BTreeMap::new(),
+            guards: BTreeMap::new(),
             files: BTreeMap::new(),
             env: BTreeMap::new(),
             events: None,
@@ -578,7 +581,7 @@ impl Enforcer {
     /// Makes the kernel enforce `plan`: map entries first, then attach (so
     /// nothing is attached half-filled); detach first when nothing is left.
     pub fn apply(&mut self, plan: &Plan) -> Result<()> {
-        let enforce = !(plan.nodes.is_empty() && plan.files.is_empty());
+        let enforce = !(plan.nodes.is_empty() && plan.files.is_empty() && plan.guards.is_empty());
         if !enforce {
             self.block_links.clear();
         }
@@ -606,6 +609,26 @@ impl Enforcer {
                     .with_context(|| format!("blocking {dev} in the kernel map"))?;
                 self.nodes.insert(*dev, *rule);
             }
+        }
+
+        // Guards after the nodes: a minor that moves from a guard's known
+        // set into `blocked_devs` is blocked first, one that moves out is
+        // guarded until it is known (denied a moment longer, never open).
+        let gmap = &self.skel.maps.guards;
+        for (idx, major) in abi::GUARDS {
+            let want = plan.guards.get(&major);
+            if self.guards.get(&major) == want {
+                continue;
+            }
+            let value = abi::node_guard(want);
+            gmap.update(&idx.to_ne_bytes(), abi::bytes(&value), MapFlags::ANY)
+                .with_context(|| {
+                    format!("guarding new nodes of major {major} in the kernel map")
+                })?;
+            match want {
+                Some(g) => self.guards.insert(major, g.clone()),
+                None => self.guards.remove(&major),
+            };
         }
 
         // Sysfs files are checked only by the lsm backend.

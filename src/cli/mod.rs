@@ -171,6 +171,7 @@ fn run_cmd(
                 (Some(_), Some(env)) => env.0,
                 (Some(g), None) => owned(g.offload_env(&gpu::Inventory {
                     gpus: vec![g.clone()],
+                    ..Default::default()
                 })),
                 (None, _) => {
                     eprintln!("gpuctl: the daemon's answer names no GPU");

@@ -415,6 +415,11 @@ pub fn describe_blocked(plan: &Plan) -> String {
         "nothing (programs detached)".to_string()
     } else {
         let ids: Vec<String> = plan.blocked.iter().map(|i| format!("GPU {i}")).collect();
-        format!("{} ({} device nodes)", ids.join(", "), plan.nodes.len())
+        let guarded: Vec<String> = plan.guards.keys().map(|m| m.to_string()).collect();
+        let guard = match guarded.len() {
+            0 => "; new nodes not guarded: the default GPU has none yet".to_string(),
+            _ => format!("; new nodes of major {} denied until known", guarded.join(", ")),
+        };
+        format!("{} ({} device nodes{guard})", ids.join(", "), plan.nodes.len())
     }
 }

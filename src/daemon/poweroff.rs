@@ -1348,6 +1348,7 @@ mod tests {
         symlink("/dev/null", p.join("fd/3")).unwrap();
         let inv = Inventory {
             gpus: vec![g.clone()],
+            ..Default::default()
         };
         let blocked = [1].into_iter().collect();
         let mut po = PowerOff::start(&state, &root);
@@ -1421,6 +1422,7 @@ mod tests {
         hang_unbind(&root);
         let inv = Inventory {
             gpus: vec![g.clone()],
+            ..Default::default()
         };
         let blocked = [1].into_iter().collect();
         let mut po = PowerOff::start(&state, &root);
@@ -1472,6 +1474,7 @@ mod tests {
         std::fs::create_dir_all(&procfs).unwrap();
         let inv = Inventory {
             gpus: vec![g.clone()],
+            ..Default::default()
         };
         let blocked = [1].into_iter().collect();
         let mut po = PowerOff::start(&state, &root);
@@ -1624,6 +1627,7 @@ mod tests {
         std::fs::write(dev.join("power/runtime_status"), "active\n").unwrap();
         let inv = Inventory {
             gpus: vec![g.clone()],
+            ..Default::default()
         };
         let blocked = [1].into_iter().collect();
         let mut po = PowerOff::start(&state, &root);

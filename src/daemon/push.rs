@@ -156,6 +156,7 @@ mod tests {
     fn laptop() -> Inventory {
         Inventory {
             gpus: vec![gpu(0, "0000:00:02.0", true), gpu(1, "0000:01:00.0", false)],
+            ..Default::default()
         }
     }
 

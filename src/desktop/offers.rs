@@ -87,6 +87,7 @@ fn usable(g: &Gpu, status: &StatusData) -> bool {
 pub fn offers(list: &ListData, status: &StatusData) -> Vec<Offer> {
     let inv = Inventory {
         gpus: list.gpus.iter().map(|l| l.gpu.clone()).collect(),
+        ..Default::default()
     };
     let mut gpus: Vec<&Gpu> = inv.gpus.iter().filter(|g| usable(g, status)).collect();
     gpus.sort_by_key(|g| (!g.default, g.id));
@@ -242,7 +243,10 @@ mod tests {
             ],
         ];
         for gpus in machines {
-            let inv = Inventory { gpus: gpus.clone() };
+            let inv = Inventory {
+                gpus: gpus.clone(),
+                ..Default::default()
+            };
             let table = envgrant::accepted(&inv);
             for g in gpus.iter().filter(|g| g.offload) {
                 let env = environment(&inv, g);

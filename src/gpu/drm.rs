@@ -103,6 +103,12 @@ pub fn scan(sysfs: &Path) -> Result<DrmScan> {
     Ok(scan)
 }
 
+/// Every DRM node's device number, whoever owns it (a GPU, `simpledrm`,
+/// `vkms`, a DisplayLink adapter).
+pub fn all_devs(scan: &DrmScan) -> Vec<DevNum> {
+    scan.entries.iter().filter_map(|e| e.dev).collect()
+}
+
 /// The nodes that belong to the PCI function at `pci_path`.
 pub fn nodes_of(scan: &DrmScan, pci_path: &Path) -> DrmNodes {
     let mut nodes = DrmNodes::default();

@@ -84,6 +84,8 @@ impl<'de> Deserialize<'de> for DevNum {
 
 /// The major number of the NVIDIA proprietary driver's nodes.
 pub const NVIDIA_MAJOR: u32 = 195;
+/// The DRM character major (`/dev/dri/cardN`, `renderDN`).
+pub const DRM_MAJOR: u32 = 226;
 /// `/dev/nvidiactl`, shared by every NVIDIA GPU.
 pub const NVIDIACTL: DevNum = DevNum::new(NVIDIA_MAJOR, 255);
 
@@ -215,6 +217,12 @@ pub struct Function {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Inventory {
     pub gpus: Vec<Gpu>,
+    /// DRM nodes that belong to no GPU of the list (`simpledrm`, `vkms`,
+    /// DisplayLink): never blocked, but known, so that the guard on new
+    /// nodes of a blocked GPU's major leaves them open
+    /// ([`crate::policy::Guard`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_nodes: Vec<DevNum>,
 }
 
 impl Inventory {
@@ -350,7 +358,12 @@ pub fn discover(roots: &Roots) -> Result<Inventory> {
     for (id, g) in gpus.iter_mut().enumerate() {
         g.id = id as u32;
     }
-    Ok(Inventory { gpus })
+    let mut other_nodes: Vec<DevNum> = drm::all_devs(&drm)
+        .into_iter()
+        .filter(|d| !gpus.iter().any(|g| g.nodes.contains(d)))
+        .collect();
+    other_nodes.sort();
+    Ok(Inventory { gpus, other_nodes })
 }
 
 /// ARCHITECTURE.md#modes: `boot_display == 1` (Linux 6.18+), else `boot_vga == 1`; without them, the GPU driving a connected

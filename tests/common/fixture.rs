@@ -1060,6 +1060,19 @@ impl Machine {
         self.sys.join("bus/pci/devices").join(addr)
     }
 
+    /// A DRM node made after the build, as a driver binding late makes it:
+    /// `<function>/drm/<name>` with its `class/drm` and `dev/char` links.
+    pub fn add_drm_minor(&self, addr: &str, name: &str, minor: u32) {
+        let dev = fs::canonicalize(self.pci_dev(addr)).unwrap();
+        let sys = fs::canonicalize(&self.sys).unwrap();
+        let rel = dev.strip_prefix(&sys).unwrap().to_str().unwrap().to_string();
+        let t = Tree {
+            sys: self.sys.clone(),
+            proc_: self.proc_.clone(),
+        };
+        write_drm_minor(&t, &rel, name, minor);
+    }
+
     /// Rewrites a file (path relative to the `sys` root), keeping its mode.
     pub fn write_sys(&self, rel: &str, content: &str) {
         let p = self.sys.join(rel);
