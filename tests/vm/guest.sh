@@ -269,6 +269,28 @@ else
   opens "cgroup: PCI config still readable (documented limit)" :: "$VIRTIO_CONFIG=ok" "$VGA_CONFIG=ok"
 fi
 
+# A driver that binds after the plan (nvidia or amdgpu loaded late at boot, a rebind): its
+# nodes did not exist when the daemon planned, and the re-plan its uevent causes comes after
+# they exist. A program opening the card the moment it appears must still be denied
+# (the bug the booted Debian showed: DESIGN-NOTES "New nodes of a blocked GPU").
+if [ -e "/sys/bus/pci/drivers/virtio-pci/$VIRTIO" ]; then
+  echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/unbind
+  i=0
+  while [ -e $C1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  /bin/vmopen --when-made $C1 >/tmp/race.out 2>&1 &
+  race=$!
+  echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/bind
+  wait $race
+  expect "integrated: a node the blocked GPU's driver makes after the plan is denied from its first open" \
+    "$(cat /tmp/race.out)" "$C1 $EXPECT_ERRNO"
+  i=0
+  while [ ! -e $R1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  sleep 1
+  opens "integrated: after the rebind, the offload GPU blocked, default GPU open" :: $C1="$EXPECT_ERRNO" $R1="$EXPECT_ERRNO" $C0=ok
+else
+  fail "the offload GPU is bound to virtio-pci" "no /sys/bus/pci/drivers/virtio-pci/$VIRTIO"
+fi
+
 if gpuctl status --json >/tmp/status.json 2>&1; then
   d=$(jgpu /tmp/status.json 1 denied_opens)
   if [ -n "$d" ] && [ "$d" -gt 0 ] 2>/dev/null; then pass "status: GPU 1 denied_opens = $d"; else fail "status: GPU 1 denied_opens > 0" "got \"$d\""; fi

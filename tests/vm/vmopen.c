@@ -6,6 +6,9 @@
  *   vmopen --access PATH [PATH...] access(PATH, F_OK) (what GLib's g_file_test and so
  *                                  Flatpak use to decide which /dev nodes to bind)
  *   vmopen --faccessat2 PATH...    faccessat2(AT_FDCWD, PATH, F_OK, AT_EACCESS)
+ *   vmopen --when-made PATH...     wait (stat in a loop, at most 20 s) until PATH exists,
+ *                                  then open it at once: the first open a racing program
+ *                                  can make of a node a driver is creating
  *
  * Prints one line per path: "PATH ok", or "PATH ENOENT" / "EPERM" / "ENXIO" / "EACCES" /
  * "ENODEV" / "E<errno>" (a number when the name is not in the short list below). Never
@@ -22,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef SYS_faccessat2
@@ -58,7 +62,7 @@ static const char *errname(int e)
 	return buf;
 }
 
-enum how { OPEN, STAT, STATX, ACCESS, FACCESSAT2 };
+enum how { OPEN, STAT, STATX, ACCESS, FACCESSAT2, WHEN_MADE };
 
 static int try_path(enum how how, const char *path)
 {
@@ -75,6 +79,19 @@ static int try_path(enum how how, const char *path)
 		return access(path, F_OK) ? errno : 0;
 	case FACCESSAT2:
 		return syscall(SYS_faccessat2, AT_FDCWD, path, F_OK, AT_EACCESS) ? errno : 0;
+	case WHEN_MADE: {
+		struct timespec t0, t;
+
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		while (stat(path, &st)) {
+			if (errno != ENOENT)
+				return errno;
+			clock_gettime(CLOCK_MONOTONIC, &t);
+			if (t.tv_sec - t0.tv_sec > 20)
+				return ENOENT;
+		}
+		break;
+	}
 	case OPEN:
 		break;
 	}
@@ -95,6 +112,7 @@ int main(int argc, char **argv)
 	    {"--statx", STATX},
 	    {"--access", ACCESS},
 	    {"--faccessat2", FACCESSAT2},
+	    {"--when-made", WHEN_MADE},
 	};
 	enum how how = OPEN;
 	int failed = 0, i = 1;
@@ -109,7 +127,7 @@ int main(int argc, char **argv)
 	}
 	if (i >= argc) {
 		fprintf(stderr,
-			"usage: vmopen [--stat|--statx|--access|--faccessat2] PATH [PATH...]\n");
+			"usage: vmopen [--stat|--statx|--access|--faccessat2|--when-made] PATH [PATH...]\n");
 		return 2;
 	}
 	for (; i < argc; i++) {
