@@ -418,8 +418,15 @@ pub fn describe_blocked(plan: &Plan) -> String {
         let guarded: Vec<String> = plan.guards.keys().map(|m| m.to_string()).collect();
         let guard = match guarded.len() {
             0 => "; new nodes not guarded: the default GPU has none yet".to_string(),
-            _ => format!("; new nodes of major {} denied until known", guarded.join(", ")),
+            _ => format!(
+                "; new nodes of major {} denied until known",
+                guarded.join(", ")
+            ),
         };
-        format!("{} ({} device nodes{guard})", ids.join(", "), plan.nodes.len())
+        format!(
+            "{} ({} device nodes{guard})",
+            ids.join(", "),
+            plan.nodes.len()
+        )
     }
 }

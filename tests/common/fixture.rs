@@ -1065,7 +1065,12 @@ impl Machine {
     pub fn add_drm_minor(&self, addr: &str, name: &str, minor: u32) {
         let dev = fs::canonicalize(self.pci_dev(addr)).unwrap();
         let sys = fs::canonicalize(&self.sys).unwrap();
-        let rel = dev.strip_prefix(&sys).unwrap().to_str().unwrap().to_string();
+        let rel = dev
+            .strip_prefix(&sys)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         let t = Tree {
             sys: self.sys.clone(),
             proc_: self.proc_.clone(),

@@ -275,8 +275,16 @@ fi
 # (the bug the booted Debian showed: DESIGN-NOTES "New nodes of a blocked GPU").
 if [ -e "/sys/bus/pci/drivers/virtio-pci/$VIRTIO" ]; then
   echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/unbind
+  # Until the daemon has re-planned the unbound GPU (no nodes): from then on the plan
+  # names no number of it, as at a boot where the driver binds after the daemon starts.
   i=0
-  while [ -e $C1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+  while [ $i -lt 100 ]; do
+    gpuctl list --json >/tmp/unbound.json 2>&1
+    [ "$(jgpu /tmp/unbound.json 1 card)" = null ] && break
+    sleep 0.1
+    i=$((i + 1))
+  done
+  expect "integrated: the unbound offload GPU has no nodes" "$(jgpu /tmp/unbound.json 1 card)" null
   /bin/vmopen --when-made $C1 >/tmp/race.out 2>&1 &
   race=$!
   echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/bind

@@ -408,7 +408,10 @@ fn nodes_a_blocked_gpu_makes_after_the_plan_are_denied_at_once() {
     ok(&env, &["set", "hybrid"]);
     assert_opens(&env, &new, ENXIO, "hybrid");
     let log = env.stop();
-    assert!(log.contains("new nodes of major 195, 226 denied until known"), "{log}");
+    assert!(
+        log.contains("new nodes of major 195, 226 denied until known"),
+        "{log}"
+    );
 }
 
 /// The guard never waits on the default GPU: while it has no DRM node
@@ -425,7 +428,10 @@ fn without_the_default_gpus_node_new_drm_minors_stay_open() {
     // The NVIDIA major is not the default GPU's: guarded.
     assert_opens(&env, &[(195, 0)], EPERM, "NVIDIA");
     let log = env.stop();
-    assert!(log.contains("new nodes of major 195 denied until known"), "{log}");
+    assert!(
+        log.contains("new nodes of major 195 denied until known"),
+        "{log}"
+    );
 }
 
 /// Smart mode: a process granted the GPU opens the node its driver made
@@ -439,27 +445,9 @@ fn a_granted_process_opens_a_node_made_after_the_plan() {
     ok(&env, &["set", "smart"]);
     let node = env.mknod(226, 0);
     let node = node.to_str().unwrap();
-    let open = r#"exec 3<>"$0""#;
-    let errno = |argv: &[&str]| {
-        let mut cmd = std::process::Command::new(argv[0]);
-        cmd.args(&argv[1..])
-            .env("GPUCTL_SOCKET", env.socket())
-            .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
-            .env("GPUCTL_PROCFS_ROOT", env.machine.procfs())
-            .env_remove("DRI_PRIME");
-        crate::common::harness::join_cgroup_before_exec(&mut cmd, &env.cgroup);
-        let out = cmd.output().unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        if out.status.success() {
-            0
-        } else if err.contains("Operation not permitted") {
-            EPERM
-        } else if err.contains("No such device or address") {
-            ENXIO
-        } else {
-            panic!("{argv:?}: {}", describe(&out))
-        }
-    };
+    let (open, errno) = (super::smart::OPEN, |argv: &[&str]| {
+        super::smart::open_via(&env, argv, &[])
+    });
     assert_eq!(errno(&["/bin/sh", "-c", open, node]), EPERM, "not granted");
     let bin = crate::common::harness::BIN;
     assert_eq!(

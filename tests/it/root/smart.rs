@@ -18,12 +18,12 @@ macro_rules! root_test {
 
 /// `sh -c 'exec 3<>NODE'`: opens NODE read-write; the shell reports errors
 /// with strerror text.
-const OPEN: &str = r#"exec 3<>"$0""#;
+pub(super) const OPEN: &str = r#"exec 3<>"$0""#;
 
 /// Runs `argv` (then `sh -c OPEN NODE` appended by the caller) from a
 /// process that first joins the test cgroup; returns the errno of the open
 /// (0: opened).
-fn open_via(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> i32 {
+pub(super) fn open_via(env: &Env, argv: &[&str], envs: &[(&str, &str)]) -> i32 {
     let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..])
         .env("GPUCTL_SOCKET", env.socket())
