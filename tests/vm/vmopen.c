@@ -108,10 +108,8 @@ int main(int argc, char **argv)
 		const char *flag;
 		enum how how;
 	} flags[] = {
-	    {"--stat", STAT},
-	    {"--statx", STATX},
-	    {"--access", ACCESS},
-	    {"--faccessat2", FACCESSAT2},
+	    {"--stat", STAT},		{"--statx", STATX},
+	    {"--access", ACCESS},	{"--faccessat2", FACCESSAT2},
 	    {"--when-made", WHEN_MADE},
 	};
 	enum how how = OPEN;
@@ -126,8 +124,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (i >= argc) {
-		fprintf(stderr,
-			"usage: vmopen [--stat|--statx|--access|--faccessat2|--when-made] PATH [PATH...]\n");
+		fprintf(stderr, "usage: vmopen [--stat|--statx|--access|--faccessat2|--when-made] "
+				"PATH [PATH...]\n");
 		return 2;
 	}
 	for (; i < argc; i++) {
