@@ -107,7 +107,13 @@ pub fn graphical_session_uids(dir: &Path) -> Vec<u32> {
         return out;
     };
     for e in entries.flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
+        // Regular files only, opened without blocking: logind keeps a FIFO
+        // per session here (`N.ref`), and a read of it waits for the
+        // session to end.
+        let Ok(bytes) = crate::safefile::read_capped(&e.path(), 64 << 10) else {
+            continue;
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
             continue;
         };
         let get = |k: &str| {
@@ -287,6 +293,44 @@ pub fn display_servers_among(holders: &[Holder]) -> BTreeMap<u32, DisplayHolder>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// logind keeps a FIFO per session next to its state file
+    /// (`/run/systemd/sessions/N.ref`, the session's end is the writers'
+    /// close): reading the directory must not open it as a file. Opening
+    /// it blocked the daemon's loop for as long as the session lived (the
+    /// display-server walk of every `set` that blocks a GPU, and the start
+    /// with a saved mode that does; found in the distro tier once alice's
+    /// autologin session was active).
+    #[test]
+    fn graphical_session_uids_skips_logind_s_session_fifos() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-sessions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("2"), "UID=1000\nTYPE=wayland\nSTATE=active\n").unwrap();
+        let fifo =
+            std::ffi::CString::new(dir.join("2.ref").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A writer holds it, as the session's pam_systemd does.
+        let writer = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join("2.ref"))
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(graphical_session_uids(&d));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        drop(writer);
+        assert_eq!(
+            got,
+            Ok(vec![1000]),
+            "reading the sessions blocked on the FIFO"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn rdev_encoding() {
