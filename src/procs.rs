@@ -22,6 +22,41 @@ pub struct Holder {
     /// The owner of `/proc/<pid>` (the process's effective uid; root for
     /// a non-dumpable process): who may see this holder's pid and name.
     pub uid: u32,
+    /// What the holder is when it is not a program using the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<HolderRole>,
+}
+
+/// A holder that is not a program using the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolderRole {
+    /// PID 1 (systemd) keeps the descriptor in a unit's file-descriptor
+    /// store (`FDSTORE=1`): systemd-logind stores every device it opened
+    /// for a session there, so the session survives a logind restart.
+    /// It is a copy of the compositor's descriptor, not a user of the GPU.
+    FdStore,
+}
+
+impl HolderRole {
+    /// The role of the holder with process id `pid`: systemd itself never
+    /// opens a GPU node, so PID 1's descriptors of one are fd-store copies.
+    pub fn of(pid: u32) -> Option<HolderRole> {
+        (pid == 1).then_some(HolderRole::FdStore)
+    }
+}
+
+impl Holder {
+    /// `comm (pid N)`, or for an fd-store copy what it is.
+    pub fn describe(&self) -> String {
+        match self.role {
+            Some(HolderRole::FdStore) => format!(
+                "{} (pid {}, fd store: a stored copy, as systemd-logind keeps a session's devices)",
+                self.comm, self.pid
+            ),
+            None => format!("{} (pid {})", self.comm, self.pid),
+        }
+    }
 }
 
 fn split_rdev(rdev: u64) -> DevNum {
@@ -246,6 +281,7 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
                 path: target.to_string_lossy().into_owned(),
                 node,
                 uid: 0,
+                role: HolderRole::of(pid),
             });
         }
     }

@@ -370,7 +370,7 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
     } else {
         let list: Vec<String> = awake
             .iter()
-            .map(|h| format!("{} (pid {}) holds {}", h.comm, h.pid, h.path))
+            .map(|h| format!("{} holds {}", h.describe(), h.path))
             .collect();
         r.say(
             Level::Warn,
