@@ -272,10 +272,22 @@ pub fn forced_note(inv: &Inventory, held: &BTreeMap<u32, DisplayHolder>) -> Opti
 }
 
 /// The recorded holder's process still runs under the same name (a pid
-/// reused by another program is not it).
+/// reused by another program is not it). An exited one not yet reaped (a
+/// zombie) keeps its name and its procfs entry, and its pidfd is readable:
+/// counting it would re-plan in a loop until its parent reaps it.
 fn still_runs(procfs: &Path, h: &DisplayHolder) -> bool {
-    std::fs::read_to_string(procfs.join(h.pid.to_string()).join("comm"))
-        .is_ok_and(|c| c.trim_end_matches('\n') == h.comm)
+    let dir = procfs.join(h.pid.to_string());
+    let same =
+        std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim_end_matches('\n') == h.comm);
+    // `pid (comm) S …`: the state follows the last `)`.
+    let exited = std::fs::read_to_string(dir.join("stat"))
+        .ok()
+        .and_then(|st| {
+            st.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false);
+    same && !exited
 }
 
 /// [`plan`] for a change that is made or refused as a whole
@@ -397,6 +409,14 @@ mod tests {
             ..forced.clone()
         };
         assert!(forced_over(&inv, &root, &plain, &plan, &known, &was).is_empty());
+        // It exited and is not reaped yet (a zombie keeps its name).
+        std::fs::write(root.join("20/stat"), "20 (weston) Z 1 20 20 0 -1\n").unwrap();
+        assert!(forced_over(&inv, &root, &forced, &plan, &known, &was).is_empty());
+        std::fs::write(root.join("20/stat"), "20 (weston) S 1 20 20 0 -1\n").unwrap();
+        assert_eq!(
+            forced_over(&inv, &root, &forced, &plan, &known, &was).len(),
+            1
+        );
         // The pid now runs another program.
         std::fs::write(root.join("20/comm"), "bash\n").unwrap();
         assert!(forced_over(&inv, &root, &forced, &plan, &known, &was).is_empty());
