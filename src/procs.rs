@@ -22,6 +22,41 @@ pub struct Holder {
     /// The owner of `/proc/<pid>` (the process's effective uid; root for
     /// a non-dumpable process): who may see this holder's pid and name.
     pub uid: u32,
+    /// What the holder is when it is not a program using the GPU.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<HolderRole>,
+}
+
+/// A holder that is not a program using the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HolderRole {
+    /// PID 1 (systemd) keeps the descriptor in a unit's file-descriptor
+    /// store (`FDSTORE=1`): systemd-logind stores every device it opened
+    /// for a session there, so the session survives a logind restart.
+    /// It is a copy of the compositor's descriptor, not a user of the GPU.
+    FdStore,
+}
+
+impl HolderRole {
+    /// The role of the holder with process id `pid`: systemd itself never
+    /// opens a GPU node, so PID 1's descriptors of one are fd-store copies.
+    pub fn of(pid: u32) -> Option<HolderRole> {
+        (pid == 1).then_some(HolderRole::FdStore)
+    }
+}
+
+impl Holder {
+    /// `comm (pid N)`, or for an fd-store copy what it is.
+    pub fn describe(&self) -> String {
+        match self.role {
+            Some(HolderRole::FdStore) => format!(
+                "{} (pid {}, fd store: a stored copy, as systemd-logind keeps a session's devices)",
+                self.comm, self.pid
+            ),
+            None => format!("{} (pid {})", self.comm, self.pid),
+        }
+    }
 }
 
 fn split_rdev(rdev: u64) -> DevNum {
@@ -107,7 +142,13 @@ pub fn graphical_session_uids(dir: &Path) -> Vec<u32> {
         return out;
     };
     for e in entries.flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
+        // Regular files only, opened without blocking: logind keeps a FIFO
+        // per session here (`N.ref`), and a read of it waits for the
+        // session to end.
+        let Ok(bytes) = crate::safefile::read_capped(&e.path(), 64 << 10) else {
+            continue;
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
             continue;
         };
         let get = |k: &str| {
@@ -240,6 +281,7 @@ fn holders_of_pid(dir: &Path, pid: u32, comm: &str, owners: &BTreeMap<DevNum, u3
                 path: target.to_string_lossy().into_owned(),
                 node,
                 uid: 0,
+                role: HolderRole::of(pid),
             });
         }
     }
@@ -287,6 +329,44 @@ pub fn display_servers_among(holders: &[Holder]) -> BTreeMap<u32, DisplayHolder>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// logind keeps a FIFO per session next to its state file
+    /// (`/run/systemd/sessions/N.ref`, the session's end is the writers'
+    /// close): reading the directory must not open it as a file. Opening
+    /// it blocked the daemon's loop for as long as the session lived (the
+    /// display-server walk of every `set` that blocks a GPU, and the start
+    /// with a saved mode that does; found in the distro tier once alice's
+    /// autologin session was active).
+    #[test]
+    fn graphical_session_uids_skips_logind_s_session_fifos() {
+        let dir = std::env::temp_dir().join(format!("gpuctl-sessions-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("2"), "UID=1000\nTYPE=wayland\nSTATE=active\n").unwrap();
+        let fifo =
+            std::ffi::CString::new(dir.join("2.ref").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        // A writer holds it, as the session's pam_systemd does.
+        let writer = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(dir.join("2.ref"))
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d = dir.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(graphical_session_uids(&d));
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        drop(writer);
+        assert_eq!(
+            got,
+            Ok(vec![1000]),
+            "reading the sessions blocked on the FIFO"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn rdev_encoding() {

@@ -239,8 +239,10 @@ fn switcheroo_checks(r: &mut Report, roots: &Roots, mode: Option<crate::policy::
         ),
         Some(
             "systemctl disable --now switcheroo-control.service\n\
-             (then no desktop offers the blocked GPU; gpuctl's own \
-             net.hadess.SwitcherooControl service, where installed, answers in its place)"
+             systemctl enable --now gpuctl-switcheroo.service\n\
+             (gpuctl's own net.hadess.SwitcherooControl answers in its place: it offers a \
+             blocked GPU only where a launch from it is granted (smart mode); it steps \
+             aside while the desktop's daemon holds the name)"
                 .into(),
         ),
     );
@@ -370,7 +372,7 @@ pub fn run(socket: &Path, roots: &Roots) -> u8 {
     } else {
         let list: Vec<String> = awake
             .iter()
-            .map(|h| format!("{} (pid {}) holds {}", h.comm, h.pid, h.path))
+            .map(|h| format!("{} holds {}", h.describe(), h.path))
             .collect();
         r.say(
             Level::Warn,

@@ -305,7 +305,10 @@ pub fn who(d: &WhoData) -> String {
             vec![
                 h.gpu.to_string(),
                 h.pid.to_string(),
-                h.comm.clone(),
+                match h.role {
+                    Some(crate::procs::HolderRole::FdStore) => format!("{} (fd store)", h.comm),
+                    None => h.comm.clone(),
+                },
                 h.path.clone(),
                 h.node.to_string(),
             ]

@@ -22,7 +22,7 @@ use super::reject::Rejection;
 use super::rescue::Rescue;
 use super::{auto, holders, state};
 use crate::bpf::Enforcer;
-use crate::gpu::{self, Inventory, Roots};
+use crate::gpu::{self, DisplayHolder, Inventory, Roots};
 use crate::policy::{AppRule, Choice, Mode, Plan};
 
 pub struct Core {
@@ -52,6 +52,10 @@ pub struct Core {
     /// Pidfds of the display servers the plan in force skipped GPUs for:
     /// readable when one exits, then [`Core::holder_gone`] plans again.
     holder_watch: Vec<std::os::fd::OwnedFd>,
+    /// A forced choice's blocked GPUs that a display server holds (GPU id
+    /// → holder): recorded when the GPU became blocked, kept while the
+    /// holder runs (`holders::forced_over`), named in the note.
+    forced_over: BTreeMap<u32, DisplayHolder>,
 }
 
 /// What [`Core::apply_config`] changed that others must act on.
@@ -87,6 +91,7 @@ impl Core {
             boot_saved: None,
 
             holder_watch: Vec::new(),
+            forced_over: BTreeMap::new(),
         }
     }
 
@@ -220,6 +225,27 @@ impl Core {
         self.holder_watch.iter().map(|f| f.as_fd())
     }
 
+    /// Watches (pidfds) the display servers the plan skipped GPUs for and
+    /// those a forced choice blocks GPUs under: an exit plans again.
+    fn watch_holders(&mut self, plan: &Plan) {
+        let mut pids = holders::skipped_holder_pids(plan);
+        pids.extend(self.forced_over.values().map(|h| h.pid));
+        pids.sort_unstable();
+        pids.dedup();
+        self.holder_watch = pids.into_iter().filter_map(super::auth::pidfd_of).collect();
+    }
+
+    /// The GPUs a user's change counts as blocked already (the split-session
+    /// rule looks at the others): leaving smart mode for a mode without
+    /// grants takes a blocked GPU from its granted programs, a compositor
+    /// among them, so every GPU counts as newly blocked then.
+    fn blocked_for_change(&self, choice: &Choice) -> std::collections::BTreeSet<u32> {
+        if self.plan.smart && choice.mode != Mode::Smart {
+            return std::collections::BTreeSet::new();
+        }
+        self.plan.blocked.clone()
+    }
+
     /// A watched display server exited: plan again (the GPU it held may be
     /// blocked now, as the choice asks).
     pub fn holder_gone(&mut self) {
@@ -261,6 +287,20 @@ impl Core {
         if let Some(n) = &self.note {
             log!("mode {} is not fully in force: {n}", self.choice.mode);
         }
+        self.forced_over = holders::forced_over(
+            &self.inventory,
+            &self.roots.procfs,
+            &self.choice,
+            &plan,
+            &self.forced_over,
+            &self.plan.blocked,
+        );
+        if let Some(f) = holders::forced_note(&self.inventory, &self.forced_over) {
+            self.note = Some(match self.note.take() {
+                Some(n) => format!("{n}; {f}"),
+                None => f,
+            });
+        }
         if let Some(r) = self.rescue_note() {
             self.note = Some(match self.note.take() {
                 Some(n) => format!("{r}; {n}"),
@@ -268,10 +308,7 @@ impl Core {
             });
         }
 
-        self.holder_watch = holders::skipped_holder_pids(&plan)
-            .into_iter()
-            .filter_map(super::auth::pidfd_of)
-            .collect();
+        self.watch_holders(&plan);
         self.enforcer.apply(&plan)?;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);
@@ -290,24 +327,29 @@ impl Core {
                     .into(),
             ));
         }
-        let plan = holders::check(
-            &self.inventory,
-            &self.roots.procfs,
-            &choice,
-            &self.plan.blocked,
-        )?;
+        let was_blocked = self.blocked_for_change(&choice);
+        let plan = holders::check(&self.inventory, &self.roots.procfs, &choice, &was_blocked)?;
         if let Err(e) = self.enforcer.apply(&plan) {
             if let Err(back) = self.enforcer.apply(&self.plan) {
                 log!("restoring the previous blocks failed: {back:#}");
             }
             return Err(e.into());
         }
+        self.forced_over = holders::forced_over(
+            &self.inventory,
+            &self.roots.procfs,
+            &choice,
+            &plan,
+            &self.forced_over,
+            &was_blocked,
+        );
+        self.note = holders::forced_note(&self.inventory, &self.forced_over);
+        self.watch_holders(&plan);
         self.choice = choice;
         // The user chose: the command line's mode ends, this is saved.
         self.boot_saved = None;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);
-        self.note = None;
         self.dirty = true;
         Ok(())
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::log::log;
 use crate::bpf::{Enforcer, KernelHolder};
-use crate::gpu::{DevNum, Inventory};
+use crate::gpu::{DevNum, DisplayHolder, Inventory};
 use crate::policy::{self, Choice, Plan, Refusal};
 use crate::procs::{self, Holder};
 
@@ -60,6 +60,7 @@ fn resolve(found: Vec<KernelHolder>, procfs: &Path, owners: &BTreeMap<DevNum, u3
                 path,
                 node: k.node,
                 uid,
+                role: procs::HolderRole::of(k.pid),
             })
         })
         .collect();
@@ -189,20 +190,9 @@ pub fn plan(
     if newly.is_empty() {
         return Ok(first);
     }
-    let primary: BTreeMap<DevNum, u32> = inv
-        .gpus
-        .iter()
-        .filter(|g| newly.contains(&g.id))
-        .flat_map(|g| {
-            g.nodes
-                .iter()
-                .filter(|n| is_primary(**n))
-                .map(move |n| (*n, g.id))
-        })
-        .collect();
     // Not the kernel's scan of every descriptor: only processes that can
     // be display servers are looked at (see `procs::display_holders`).
-    let held = procs::display_holders(procfs, &primary);
+    let held = procs::display_holders(procfs, &primary_nodes(inv, &newly));
     if held.is_empty() {
         // Discovery never fills `display_holder`: the inventory with no
         // holder recorded is `inv` itself, and so is its plan.
@@ -213,6 +203,91 @@ pub fn plan(
         g.display_holder = held.get(&g.id).cloned();
     }
     policy::plan(&out, choice)
+}
+
+/// The primary nodes (node → GPU id) of the GPUs `ids`.
+fn primary_nodes(inv: &Inventory, ids: &[u32]) -> BTreeMap<DevNum, u32> {
+    inv.gpus
+        .iter()
+        .filter(|g| ids.contains(&g.id))
+        .flat_map(|g| {
+            g.nodes
+                .iter()
+                .filter(|n| is_primary(**n))
+                .map(move |n| (*n, g.id))
+        })
+        .collect()
+}
+
+/// A forced choice waives the split-session rule: the display servers
+/// that hold GPUs it blocks (GPU id → holder), for `status`'s note (issue
+/// 22: after `set integrated --force` the holder is still named, so the
+/// black windows it causes have an explanation).
+///
+/// No walk per re-plan: a GPU blocked before and now keeps the holder
+/// recorded for it (`known`) while that process still runs under its name
+/// (one `comm` read per recorded holder); only the GPUs newly blocked
+/// (not in `was_blocked`) are looked at, with the same display-server walk
+/// the split-session rule runs for an unforced choice. Empty for a choice
+/// that is not forced.
+pub fn forced_over(
+    inv: &Inventory,
+    procfs: &Path,
+    choice: &Choice,
+    plan: &Plan,
+    known: &BTreeMap<u32, DisplayHolder>,
+    was_blocked: &BTreeSet<u32>,
+) -> BTreeMap<u32, DisplayHolder> {
+    if !choice.force || choice.mode == policy::Mode::Manual {
+        return BTreeMap::new();
+    }
+    let mut out: BTreeMap<u32, DisplayHolder> = known
+        .iter()
+        .filter(|(id, h)| {
+            plan.blocked.contains(id) && was_blocked.contains(id) && still_runs(procfs, h)
+        })
+        .map(|(id, h)| (*id, h.clone()))
+        .collect();
+    let look: Vec<u32> = plan.blocked.difference(was_blocked).copied().collect();
+    if !look.is_empty() {
+        out.extend(procs::display_holders(procfs, &primary_nodes(inv, &look)));
+    }
+    out
+}
+
+/// The note for [`forced_over`]'s holders, `None` when there are none.
+pub fn forced_note(inv: &Inventory, held: &BTreeMap<u32, DisplayHolder>) -> Option<String> {
+    let parts: Vec<String> = held
+        .iter()
+        .filter_map(|(id, holder)| {
+            let g = inv.gpus.iter().find(|g| g.id == *id)?;
+            Some(format!(
+                "{} is blocked with --force while the display server {holder} holds it open \
+                 (that session's programs cannot open it)",
+                g.label()
+            ))
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// The recorded holder's process still runs under the same name (a pid
+/// reused by another program is not it). An exited one not yet reaped (a
+/// zombie) keeps its name and its procfs entry, and its pidfd is readable:
+/// counting it would re-plan in a loop until its parent reaps it.
+fn still_runs(procfs: &Path, h: &DisplayHolder) -> bool {
+    let dir = procfs.join(h.pid.to_string());
+    let same =
+        std::fs::read_to_string(dir.join("comm")).is_ok_and(|c| c.trim_end_matches('\n') == h.comm);
+    // `pid (comm) S …`: the state follows the last `)`.
+    let exited = std::fs::read_to_string(dir.join("stat"))
+        .ok()
+        .and_then(|st| {
+            st.rsplit_once(')')
+                .map(|(_, rest)| rest.trim_start().starts_with(['Z', 'X']))
+        })
+        .unwrap_or(false);
+    same && !exited
 }
 
 /// [`plan`] for a change that is made or refused as a whole
@@ -284,5 +359,69 @@ mod tests {
         assert!(is_primary(DevNum::new(195, 0)));
         assert!(!is_primary(DevNum::new(195, 255)));
         assert!(!is_primary(DevNum::new(1, 3)));
+    }
+
+    /// Issue 22: a forced choice's note keeps the holder recorded when the
+    /// GPU became blocked; a re-plan reads one `comm` per recorded holder
+    /// and walks nothing (the fixture has no descriptors: a walk would find
+    /// no holder), a reused pid is dropped, and a newly blocked GPU is
+    /// looked at afresh.
+    #[test]
+    fn a_forced_choice_keeps_the_recorded_holder_without_a_walk() {
+        let root = std::env::temp_dir().join(format!("gpuctl-forced-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("20")).unwrap();
+        std::fs::write(root.join("20/comm"), "weston\n").unwrap();
+        let inv = Inventory {
+            gpus: vec![
+                crate::gpu::test_gpu(0, "0000:00:02.0", "8086", true),
+                crate::gpu::test_gpu(1, "0000:01:00.0", "10de", false),
+            ],
+            ..Default::default()
+        };
+        let forced = Choice {
+            mode: policy::Mode::Integrated,
+            force: true,
+            ..Choice::default()
+        };
+        let plan = Plan {
+            blocked: BTreeSet::from([1]),
+            ..Plan::default()
+        };
+        let weston = DisplayHolder {
+            comm: "weston".into(),
+            pid: 20,
+            uid: 0,
+        };
+        let known = BTreeMap::from([(1, weston.clone())]);
+        let was = BTreeSet::from([1]);
+        let kept = forced_over(&inv, &root, &forced, &plan, &known, &was);
+        assert_eq!(kept.get(&1), Some(&weston));
+        let note = forced_note(&inv, &kept).unwrap();
+        assert!(
+            note.contains("weston (pid 20)") && note.contains("--force"),
+            "{note}"
+        );
+        // Newly blocked: looked at afresh (no descriptor of it here).
+        assert!(forced_over(&inv, &root, &forced, &plan, &known, &BTreeSet::new()).is_empty());
+        // Not forced: no note.
+        let plain = Choice {
+            force: false,
+            ..forced.clone()
+        };
+        assert!(forced_over(&inv, &root, &plain, &plan, &known, &was).is_empty());
+        // It exited and is not reaped yet (a zombie keeps its name).
+        std::fs::write(root.join("20/stat"), "20 (weston) Z 1 20 20 0 -1\n").unwrap();
+        assert!(forced_over(&inv, &root, &forced, &plan, &known, &was).is_empty());
+        std::fs::write(root.join("20/stat"), "20 (weston) S 1 20 20 0 -1\n").unwrap();
+        assert_eq!(
+            forced_over(&inv, &root, &forced, &plan, &known, &was).len(),
+            1
+        );
+        // The pid now runs another program.
+        std::fs::write(root.join("20/comm"), "bash\n").unwrap();
+        assert!(forced_over(&inv, &root, &forced, &plan, &known, &was).is_empty());
+        assert_eq!(forced_note(&inv, &BTreeMap::new()), None);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -7,9 +7,9 @@
 # Usage: tests/distro/boot.sh [--only main|fallback] [-v] DEB
 #
 # Cache (outside the clone; GPUCTL_DISTRO_CACHE, default /var/cache/gpuctl-test):
-#   bookworm-root/      debootstrap --variant=minbase bookworm + systemd, udev, kmod (~270 MB,
-#                       made once, ~35 s; delete it to refresh)
-#   kmods-KVER/         the kernel modules the guest needs, from the cached kernel package
+#   bookworm-root-HASH/ debootstrap --variant=minbase bookworm + guest-packages (systemd, udev,
+#                       the desktop clients: ~750 MB, made once, ~5 min; HASH is of the list)
+#   kmods-KVER-HASH/    the kernel modules the guest needs, from the cached kernel package
 # Kernel: tests/vm/fetch-kernel.sh (GPUCTL_VM_CACHE). Mirror: GPUCTL_DISTRO_MIRROR
 # (default http://deb.debian.org/debian). Logs: target/distro/boot-LABEL.log.
 # Exit status: 0 when every check of every boot passed.
@@ -43,13 +43,17 @@ exec 9>"$cache/.lock"
 flock 9
 
 # --- the Debian 12 root (cached) ------------------------------------------------------------
-base=$cache/bookworm-root
+# The desktop clients (guest/checks-desktop) come from Debian's packages: the root is keyed
+# on the package list (a different list gets its own directory; none is modified in place).
+pkgs=$(paste -sd, "$here/guest-packages")
+base=$cache/bookworm-root-$(printf '%s' "$pkgs" | sha256sum | cut -c1-12)
 if [[ ! -x $base/lib/systemd/systemd ]]; then
   log "debootstrap bookworm into $base (once)"
   rm -rf "$base.tmp"
-  debootstrap --variant=minbase --include=systemd,systemd-sysv,udev,kmod \
-    bookworm "$base.tmp" "$mirror" >"$cache/debootstrap.log" 2>&1 \
-    || { tail -n 20 "$cache/debootstrap.log" >&2; die "debootstrap failed (log: $cache/debootstrap.log)"; }
+  debootstrap --variant=minbase --include="$pkgs" \
+    bookworm "$base.tmp" "$mirror" >"$base.log" 2>&1 \
+    || { tail -n 20 "$base.log" >&2; die "debootstrap failed (log: $base.log)"; }
+  chroot "$base.tmp" apt-get clean
   rm -rf "$base"
   mv "$base.tmp" "$base"
 fi
@@ -64,8 +68,10 @@ vmcache=${GPUCTL_VM_CACHE:-$repo/.cache/vm}
 kdeb=$vmcache/debs/${PKG}_${PKG_VERSION//:/%3a}_amd64.deb
 # Root disk (virtio-blk, ext4) for the initramfs; the GPUs' drivers for udev to autoload.
 mods_initrd="virtio_pci virtio_blk crc32c_generic ext4"
-mods_all="$mods_initrd bochs virtio_gpu"
-kmods=$cache/kmods-$KVER
+# snd_hda_intel: the offload GPU's HDMI-audio-like function (00:03.1) for PipeWire.
+mods_all="$mods_initrd bochs virtio_gpu snd_hda_intel snd_hda_codec_generic"
+# Keyed on the module list too (a list that grows gets its own directory).
+kmods=$cache/kmods-$KVER-$(printf '%s' "$mods_all" | sha256sum | cut -c1-8)
 if [[ ! -f $kmods/.complete ]]; then
   [[ -f $kdeb ]] || die "kernel package $kdeb not cached (tests/vm/fetch-kernel.sh --refresh)"
   log "extracting modules ($mods_all) from $(basename "$kdeb")"
@@ -112,6 +118,9 @@ gcc -static -O2 -o "$root/usr/local/bin/vmopen" "$repo/tests/vm/vmopen.c"
 install -m 0755 "$here/guest/distro-checks" "$root/usr/local/sbin/distro-checks"
 install -m 0755 "$here/guest/stub-dm" "$root/usr/local/sbin/stub-dm"
 install -m 0644 "$here/guest/checks-hardening" "$root/usr/local/sbin/checks-hardening"
+install -m 0644 "$here/guest/checks-desktop" "$root/usr/local/sbin/checks-desktop"
+install -m 0755 "$here/guest/session-agent" "$root/usr/local/bin/session-agent"
+install -m 0755 "$here/guest/desktop-client" "$root/usr/local/bin/desktop-client"
 cp "$deb" "$root/root/"
 echo gpuctl-distro >"$root/etc/hostname"
 echo '/dev/vda / ext4 rw 0 0' >"$root/etc/fstab"
@@ -135,6 +144,23 @@ printf '# distro tier: block only (tests/distro/boot.sh)\npower_off = "never"\n'
   >"$root/etc/gpuctl/gpuctl.toml"
 chroot "$root" useradd -m -G gpuctl alice
 chroot "$root" useradd -m bob
+# A real logind session for alice (checks-desktop): autologin on tty2 (getty@tty2 with
+# agetty --autologin, through PAM: pam_systemd registers the session, user@1000 starts her
+# systemd --user with PipeWire); her login shell becomes the agent that runs the checks'
+# commands inside that session.
+mkdir -p "$root/etc/systemd/system/getty@tty2.service.d"
+# shellcheck disable=SC2016 # $TERM is the unit's, $(tty) the login shell's
+printf '[Service]\nExecStart=\nExecStart=-/sbin/agetty --autologin alice --noclear %%I $TERM\n' \
+  >"$root/etc/systemd/system/getty@tty2.service.d/autologin.conf"
+# shellcheck disable=SC2016
+# (alice's login shell is useradd's default, /bin/sh: it reads ~/.profile.)
+printf '[ "$(tty)" = /dev/tty2 ] && exec /usr/local/bin/session-agent\n' >"$root/home/alice/.profile"
+chroot "$root" chown alice: /home/alice/.profile
+echo 'd /run/session-agent 0700 alice alice -' >"$root/etc/tmpfiles.d/session-agent.conf"
+# A display manager registers a wayland session (XDG_SESSION_TYPE in the PAM environment
+# before pam_systemd): so does this login, so that alice's weston runs in a graphical
+# session as under gdm (the split-session guard knows a display server by that).
+echo 'XDG_SESSION_TYPE DEFAULT=wayland' >>"$root/etc/security/pam_env.conf"
 cat >"$root/etc/systemd/system/stub-dm.service" <<'UNIT'
 [Unit]
 Description=Stub display manager (gpuctl distro test)
@@ -165,12 +191,16 @@ TTYPath=/dev/ttyS0
 [Install]
 WantedBy=graphical.target
 UNIT
-systemctl --root="$root" --quiet enable stub-dm.service gpuctl-distro-test.service
+systemctl --root="$root" --quiet enable stub-dm.service gpuctl-distro-test.service getty@tty2.service
+# gpuctl's net.hadess.SwitcherooControl is the one desktops see (issue 20); the package's
+# own daemon is masked, as doctor advises.
+systemctl --root="$root" --quiet enable gpuctl-switcheroo.service
+systemctl --root="$root" --quiet mask switcheroo-control.service
 systemctl --root="$root" --quiet set-default graphical.target
 systemctl --root="$root" --quiet mask serial-getty@ttyS0.service getty@tty1.service \
   apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer e2scrub_reap.service 2>/dev/null || true
 img=$work/root.ext4
-mke2fs -q -t ext4 -L gpuctl-root -d "$root" "$img" 1536M
+mke2fs -q -t ext4 -L gpuctl-root -d "$root" "$img" 2560M
 rm -rf "$root"
 
 # --- boot -------------------------------------------------------------------------------
@@ -182,14 +212,19 @@ for label in main fallback; do
   [[ $label == fallback ]] && append="$append lsm=$no_bpf_lsm"
   blog=$logdir/boot-$label.log
   start=$SECONDS
+  # shellcheck disable=SC2054 # commas are QEMU's
   cmd=(qemu-system-x86_64 -accel tcg -machine pc -nodefaults -display none -m 1024 -smp 2
-    -device VGA -device virtio-gpu-pci -drive "file=$img,if=virtio,format=raw" -snapshot
+    -device VGA,addr=02.0 -device virtio-gpu-pci,addr=03.0,multifunction=on
+    -device intel-hda,addr=03.1 -device hda-output,audiodev=snd0 -audiodev none,id=snd0
+    -drive "file=$img,if=virtio,format=raw" -snapshot
     -serial stdio -no-reboot -kernel "$kernel" -initrd "$work/initrd.gz" -append "$append")
   if ((verbose)); then
-    timeout -k 5 420 "${cmd[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$blog" || true
+    timeout -k 5 720 "${cmd[@]}" </dev/null 2>&1 | sed -u 's/\r//g' | tee "$blog" || true
   else
-    timeout -k 5 420 "${cmd[@]}" </dev/null 2>&1 | sed -u 's/\r//g' >"$blog" || true
+    timeout -k 5 720 "${cmd[@]}" </dev/null 2>&1 | sed -u 's/\r//g' >"$blog" || true
   fi
+  # The desktop clients' table (checks-desktop): docs/DESKTOP-CLIENTS.md is made from it.
+  sed -n 's/^TABLE|//p' "$blog" >"$logdir/desktop-$label.txt"
   status=$(sed -n 's/^GPUCTL-VM-EXIT \([0-9]*\).*/\1/p' "$blog" | tail -n1)
   counts=$(sed -n 's/^distro-checks: \([0-9]* passed, [0-9]* failed\)$/\1/p' "$blog" | tail -n1)
   if [[ $status == 0 ]]; then

@@ -515,3 +515,67 @@ fn status_names_the_display_server_automation_skipped_a_gpu_for() {
     assert!(held["pid"].is_null() && held["comm"].is_null(), "{v}");
     env.stop();
 }
+
+/// Issue 22: `set integrated --force` over a display server blocks the GPU
+/// it holds; `status` keeps naming that holder (its session's programs now
+/// get black windows), also after a re-apply, and stops once it is gone.
+#[test]
+#[ignore = "root"]
+fn a_forced_block_over_a_display_server_keeps_naming_it_in_status() {
+    root_test!();
+    let mut env = laptop(true, "");
+    let card = DevNode::new("forced", DGPU_CARD.0, DGPU_CARD.1);
+    fake_holder(&env, 4323, "weston", &card);
+    env.start();
+    ok(&env, &["set", "integrated", "--force"]);
+    assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), EPERM);
+    let note = |env: &Env| {
+        env.json(&["status"])["note"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let n = note(&env);
+    assert!(
+        n.contains("weston (pid 4323)") && n.contains("--force"),
+        "{n}"
+    );
+    // A re-apply (SIGHUP reloads the config and applies the choice again).
+    let pid = env.json(&["status"])["daemon"]["pid"].as_u64().unwrap();
+    // SAFETY: plain kill(2) of the test's own daemon.
+    unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let n = note(&env);
+    assert!(n.contains("weston (pid 4323)"), "after a re-apply: {n}");
+    // The holder gone: the next change says nothing of it.
+    std::fs::remove_dir_all(env.machine.procfs().join("4323")).unwrap();
+    ok(&env, &["set", "smart", "--force"]);
+    assert_eq!(note(&env), "", "no holder, no note");
+    env.stop();
+}
+
+/// Issue 22: a compositor granted the dGPU in smart mode holds its card;
+/// `set integrated` takes the GPU from it (integrated has no grants), so
+/// the split-session rule applies as to a newly blocked GPU: refused by
+/// name, and with `--force` the note names it. Before, the GPU counted as
+/// blocked already and the change went through without a word.
+#[test]
+#[ignore = "root"]
+fn leaving_smart_for_integrated_is_refused_while_a_display_server_holds_the_gpu() {
+    root_test!();
+    let mut env = laptop(true, "");
+    let card = DevNode::new("leave-smart", DGPU_CARD.0, DGPU_CARD.1);
+    fake_holder(&env, 4324, "weston", &card);
+    env.start();
+    ok(&env, &["set", "smart", "--force"]);
+    let out = env.gpuctl(&["set", "integrated"]);
+    assert_eq!(out.status.code(), Some(4), "{}", describe(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("weston (pid 4324)"), "{err}");
+    assert_eq!(mode(&env), "smart", "refused: nothing changed");
+    ok(&env, &["set", "integrated", "--force"]);
+    let st = env.json(&["status"]);
+    let note = st["note"].as_str().unwrap_or_default();
+    assert!(note.contains("weston (pid 4324)"), "{st}");
+    env.stop();
+}

@@ -91,6 +91,10 @@ fn doctor_names_the_desktops_switcheroo_control() {
         out.contains("systemctl disable --now switcheroo-control.service"),
         "{out}"
     );
+    assert!(
+        out.contains("systemctl enable --now gpuctl-switcheroo.service"),
+        "{out}"
+    );
 }
 
 /// The boot-time rescue (issue 20): doctor tells how to use it, and says
