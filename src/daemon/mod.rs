@@ -132,8 +132,12 @@ pub fn run(opts: Options) -> Result<()> {
             opts.socket.display()
         );
     }
+    // Watched before the path appears: a deletion right after the bind is
+    // seen (watched after it, a client's unlink in between was missed and
+    // the socket never came back; seen as a flaky
+    // `root::hostile::the_socket_path_appears_only_when_it_listens` under load).
+    d.apps.watch_socket_dir(&opts.socket);
     let mut server = server::Server::bind(&opts.socket)?;
-    d.apps.watch_socket_dir(server.path());
     if let Err(e) = notify::notify("READY=1") {
         log!("{e:#}");
     }

@@ -1044,14 +1044,21 @@ fn the_socket_mode_is_set_at_bind_not_by_chmod() {
 /// a temporary name and renamed into place. Before, a client that saw the
 /// file between bind(2) and listen(2) got ECONNREFUSED (seen as a flaky
 /// `one_daemon_per_state_dir_and_the_socket_comes_back`). Checked with strace
-/// on a start and on a re-creation after the file is deleted.
+/// on a start and on a re-creation after the file is deleted. Every
+/// `inotify_add_watch` is delayed by 300 ms: the socket's directory must be
+/// watched before its path appears, or a deletion right after the start is
+/// missed and the socket never comes back (seen under load, before the fix).
 #[test]
 #[ignore = "root"]
 fn the_socket_path_appears_only_when_it_listens() {
     root_test!();
     let env = Env::new(machine("intel_nvidia"));
     let trace = env.dir.join("strace.log");
-    let mut daemon = traced_daemon(&env, &trace, "trace=bind,rename,renameat,renameat2");
+    let mut daemon = traced_daemon(
+        &env,
+        &trace,
+        "trace=bind,rename,renameat,renameat2,inotify_add_watch inject=inotify_add_watch:delay_enter=300000",
+    );
     let connect = |what: &str| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -1104,8 +1111,14 @@ fn the_socket_path_appears_only_when_it_listens() {
 /// A daemon of `env` run under `strace -f -e FILTER -o TRACE` (the
 /// daemon's stderr in daemon.log); strace exits with it.
 fn traced_daemon(env: &Env, trace: &std::path::Path, filter: &str) -> std::process::Child {
+    // `filter` may hold several `-e` expressions, separated by spaces.
+    let mut args = vec!["-f", "-qq", "-s", "256"];
+    for f in filter.split(' ') {
+        args.extend(["-e", f]);
+    }
     Command::new("strace")
-        .args(["-f", "-qq", "-s", "256", "-e", filter, "-o"])
+        .args(args)
+        .arg("-o")
         .arg(trace)
         .arg(BIN)
         .args(["daemon", "--cgroup"])
