@@ -138,6 +138,11 @@ pub struct Guard {
     pub rule: NodeRule,
     /// Minors that existed at the plan and are not blocked: they stay open.
     pub known: BTreeSet<u32>,
+    /// The default GPU has no node of this major yet: its driver may bind
+    /// later and its first node is new too. The daemon then lets each new
+    /// node that is not a blocked GPU's through on its uevent
+    /// (`Core::release_new_nodes`); without uevents it drops this guard.
+    pub default_unseen: bool,
 }
 
 /// The result of [`plan`]: every device number to deny, with the id of the
@@ -344,10 +349,10 @@ pub fn plan(inv: &Inventory, choice: &Choice) -> Result<Plan, Refusal> {
 /// is blocked, the NVIDIA major while an NVIDIA GPU is. Known (left open):
 /// every node that exists now and the plan does not block — other GPUs',
 /// `simpledrm`'s, `nvidia-modeset` (254), `nvidiactl` (255) while an NVIDIA
-/// GPU runs unblocked. No guard on a major whose default GPU, when it is of
-/// that major, has no node on it yet: its driver may bind later, and its new
-/// node must not be denied (the default GPU is never blocked); such a plan
-/// leaves the window open, as before, until the daemon re-plans.
+/// GPU runs unblocked. A default GPU with no DRM node yet is marked
+/// (`default_unseen`): its new node is let through on its uevent. No NVIDIA
+/// guard while the default GPU is an NVIDIA one without its minor (NVIDIA's
+/// nodes come with no uevent to let it through by).
 fn guards(inv: &Inventory, plan: &Plan, flags: u32) -> BTreeMap<u32, Guard> {
     let mut out = BTreeMap::new();
     if plan.blocked.is_empty() {
@@ -355,11 +360,12 @@ fn guards(inv: &Inventory, plan: &Plan, flags: u32) -> BTreeMap<u32, Guard> {
     }
     let default = inv.default_gpu();
     let blocked = |g: &&Gpu| plan.blocked.contains(&g.id);
-    // DRM: every GPU may have DRM nodes.
-    let drm_gpu = inv.gpus.iter().filter(blocked).map(|g| g.id).min();
-    let default_ready = default.is_none_or(|d| d.nodes.iter().any(|n| n.major == DRM_MAJOR));
-    if let (Some(gpu), true) = (drm_gpu, default_ready) {
-        out.insert(DRM_MAJOR, guard_of(inv, plan, DRM_MAJOR, gpu, flags, &[]));
+    // DRM: every GPU may have DRM nodes. A default GPU without one yet
+    // (both drivers still loading at boot) is said, not waited for.
+    if let Some(gpu) = inv.gpus.iter().filter(blocked).map(|g| g.id).min() {
+        let mut g = guard_of(inv, plan, DRM_MAJOR, gpu, flags, &[]);
+        g.default_unseen = default.is_some_and(|d| !d.nodes.iter().any(|n| n.major == DRM_MAJOR));
+        out.insert(DRM_MAJOR, g);
     }
     // NVIDIA: only where an NVIDIA GPU is blocked.
     let nv_gpu = inv
@@ -410,6 +416,7 @@ fn guard_of(
     Guard {
         rule: NodeRule { gpu, flags },
         known,
+        default_unseen: false,
     }
 }
 
@@ -647,9 +654,23 @@ mod tests {
         // A default GPU that is not NVIDIA: the NVIDIA guard does not wait
         // for it; the DRM one does.
         let mut inv = laptop();
+        assert!(!p_default_unseen(&inv));
         inv.gpus[0].nodes.clear();
         let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
-        assert_eq!(p.guards.keys().collect::<Vec<_>>(), [&NVIDIA_MAJOR]);
+        assert_eq!(
+            p.guards.keys().collect::<Vec<_>>(),
+            [&NVIDIA_MAJOR, &DRM_MAJOR]
+        );
+        assert!(p_default_unseen(&inv));
+        assert!(!p.guards[&NVIDIA_MAJOR].default_unseen);
+        // An NVIDIA default GPU without its minor: no NVIDIA guard.
+        inv.gpus[0].vendor_id = "10de".into();
+        let p = plan(&inv, &choice(Mode::Integrated)).unwrap();
+        assert_eq!(p.guards.keys().collect::<Vec<_>>(), [&DRM_MAJOR]);
+    }
+
+    fn p_default_unseen(inv: &Inventory) -> bool {
+        plan(inv, &choice(Mode::Integrated)).unwrap().guards[&DRM_MAJOR].default_unseen
     }
 
     #[test]

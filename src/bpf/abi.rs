@@ -470,6 +470,7 @@ mod tests {
         let gd = crate::policy::Guard {
             rule: NodeRule { gpu: 1, flags: 1 },
             known: [0, 1, 63, 64, 1023, 1024].into_iter().collect(),
+            default_unseen: false,
         };
         let on = node_guard(Some(&gd));
         assert_eq!((on.on, on.rule.gpu, on.rule.flags), (1, 1, 1));

@@ -688,6 +688,32 @@ impl Enforcer {
         Ok(())
     }
 
+    /// A new node that is not a blocked GPU's (its uevent said where it
+    /// is): the guard of its major lets it through from now on. False when
+    /// no guard holds it back (no guard, known already, or a number
+    /// `blocked_devs` lists: the plan's to change).
+    pub fn know_node(&mut self, dev: DevNum) -> Result<bool> {
+        if self.nodes.contains_key(&dev) {
+            return Ok(false);
+        }
+        let Some((idx, _)) = abi::GUARDS.into_iter().find(|(_, m)| *m == dev.major) else {
+            return Ok(false);
+        };
+        let Some(guard) = self.guards.get_mut(&dev.major) else {
+            return Ok(false);
+        };
+        if dev.minor >= abi::GUARD_MINORS || !guard.known.insert(dev.minor) {
+            return Ok(false);
+        }
+        let value = abi::node_guard(Some(guard));
+        self.skel
+            .maps
+            .guards
+            .update(&idx.to_ne_bytes(), abi::bytes(&value), MapFlags::ANY)
+            .with_context(|| format!("letting the new node {dev} through the guard"))?;
+        Ok(true)
+    }
+
     /// Denied opens per GPU id since load, summed over CPUs.
     pub fn denied_counts(&self) -> Result<Vec<u64>> {
         let map = &self.skel.maps.denied;

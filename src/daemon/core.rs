@@ -56,6 +56,9 @@ pub struct Core {
     /// → holder): recorded when the GPU became blocked, kept while the
     /// holder runs (`holders::forced_over`), named in the note.
     forced_over: BTreeMap<u32, DisplayHolder>,
+    /// Kernel uevents arrive (the daemon has its socket): a guard may wait
+    /// on a default GPU that has no node yet (`Guard::default_unseen`).
+    node_events: bool,
 }
 
 /// What [`Core::apply_config`] changed that others must act on.
@@ -92,6 +95,42 @@ impl Core {
 
             holder_watch: Vec::new(),
             forced_over: BTreeMap::new(),
+            node_events: false,
+        }
+    }
+
+    /// Whether kernel uevents reach the daemon (set once, before the first
+    /// apply).
+    pub fn set_node_events(&mut self, on: bool) {
+        self.node_events = on;
+    }
+
+    /// What the kernel gets of `plan`: without uevents, a guard that waits
+    /// on the default GPU's first node would deny it until a request came,
+    /// so it is dropped (the window stays open until the re-plan).
+    fn fit(&self, mut plan: Plan) -> Plan {
+        if !self.node_events {
+            plan.guards.retain(|_, g| !g.default_unseen);
+        }
+        plan
+    }
+
+    /// DRM nodes the kernel just made (their uevents' device paths and
+    /// numbers), before any discovery: each one that is not a blocked
+    /// GPU's is let through the guard at once — the default GPU's first
+    /// node, at boot, when its driver binds after the daemon started
+    /// (DESIGN-NOTES, "New nodes of a blocked GPU"). A blocked GPU's stays
+    /// denied; the re-plan the uevent causes names it.
+    pub fn release_new_nodes(&mut self, added: &[(String, crate::gpu::DevNum)]) {
+        for (devpath, dev) in added {
+            if owner_is_blocked(&self.inventory, &self.plan, devpath) {
+                continue;
+            }
+            match self.enforcer.know_node(*dev) {
+                Ok(true) => log!("new node {dev} ({devpath}) is no blocked GPU's: let through"),
+                Ok(false) => {}
+                Err(e) => log!("{e:#}"),
+            }
         }
     }
 
@@ -309,6 +348,7 @@ impl Core {
         }
 
         self.watch_holders(&plan);
+        let plan = self.fit(plan);
         self.enforcer.apply(&plan)?;
         let before = std::mem::replace(&mut self.plan, plan);
         self.nudge_compositors(&before);
@@ -329,6 +369,7 @@ impl Core {
         }
         let was_blocked = self.blocked_for_change(&choice);
         let plan = holders::check(&self.inventory, &self.roots.procfs, &choice, &was_blocked)?;
+        let plan = self.fit(plan);
         if let Err(e) = self.enforcer.apply(&plan) {
             if let Err(back) = self.enforcer.apply(&self.plan) {
                 log!("restoring the previous blocks failed: {back:#}");
@@ -452,16 +493,36 @@ impl Core {
     }
 }
 
+/// Whether the device at `devpath` (a uevent's `DEVPATH`) belongs to a GPU
+/// that `plan` blocks: one of the path's components is its PCI address
+/// (`/devices/pci0000:00/0000:00:03.0/virtio1/drm/card1`).
+fn owner_is_blocked(inv: &crate::gpu::Inventory, plan: &Plan, devpath: &str) -> bool {
+    inv.gpus
+        .iter()
+        .filter(|g| plan.blocked.contains(&g.id))
+        .any(|g| {
+            let pci = g.pci.to_string();
+            devpath.split('/').any(|c| c == pci)
+        })
+}
+
 pub fn describe_blocked(plan: &Plan) -> String {
     if plan.blocked.is_empty() {
         "nothing (programs detached)".to_string()
     } else {
         let ids: Vec<String> = plan.blocked.iter().map(|i| format!("GPU {i}")).collect();
         let guarded: Vec<String> = plan.guards.keys().map(|m| m.to_string()).collect();
-        let guard = match guarded.len() {
-            0 => "; new nodes not guarded: the default GPU has none yet".to_string(),
-            _ => format!(
+        let waits = plan.guards.values().any(|g| g.default_unseen);
+        let guard = match (guarded.len(), waits) {
+            (0, _) => "; new nodes not guarded: the default GPU has none yet and no uevents arrive"
+                .to_string(),
+            (_, false) => format!(
                 "; new nodes of major {} denied until known",
+                guarded.join(", ")
+            ),
+            (_, true) => format!(
+                "; new nodes of major {} denied until known, but for those of no blocked GPU \
+                 (the default GPU has none yet), let through on their uevent",
                 guarded.join(", ")
             ),
         };
@@ -470,5 +531,50 @@ pub fn describe_blocked(plan: &Plan) -> String {
             ids.join(", "),
             plan.nodes.len()
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_node_is_a_blocked_gpus_when_its_path_goes_through_that_gpu() {
+        let inv = crate::gpu::Inventory {
+            gpus: vec![
+                crate::gpu::test_gpu(0, "0000:00:02.0", "1234", true),
+                crate::gpu::test_gpu(1, "0000:00:03.0", "1af4", false),
+            ],
+            ..Default::default()
+        };
+        let mut plan = Plan::default();
+        plan.blocked.insert(1);
+        let blocked = |plan: &Plan, p: &str| owner_is_blocked(&inv, plan, p);
+        assert!(blocked(
+            &plan,
+            "/devices/pci0000:00/0000:00:03.0/virtio1/drm/card1"
+        ));
+        assert!(blocked(
+            &plan,
+            "/devices/pci0000:00/0000:00:03.0/drm/renderD128"
+        ));
+        // The default GPU's, a platform device's, a look-alike name's.
+        assert!(!blocked(
+            &plan,
+            "/devices/pci0000:00/0000:00:02.0/drm/card0"
+        ));
+        assert!(!blocked(
+            &plan,
+            "/devices/platform/simple-framebuffer.0/drm/card0"
+        ));
+        assert!(!blocked(
+            &plan,
+            "/devices/pci0000:00/0000:00:03.01/drm/card2"
+        ));
+        plan.blocked.clear();
+        assert!(!blocked(
+            &plan,
+            "/devices/pci0000:00/0000:00:03.0/virtio1/drm/card1"
+        ));
     }
 }

@@ -136,6 +136,11 @@ pub fn run(opts: Options) -> Result<()> {
     // seen (watched after it, a client's unlink in between was missed and
     // the socket never came back; seen as a flaky
     // `root::hostile::the_socket_path_appears_only_when_it_listens` under load).
+    // The directory first (the bind would make it; the watch needs it):
+    // a failure is the bind's to report, with its context.
+    if let Some(dir) = opts.socket.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
     d.apps.watch_socket_dir(&opts.socket);
     let mut server = server::Server::bind(&opts.socket)?;
     if let Err(e) = notify::notify("READY=1") {

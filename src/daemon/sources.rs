@@ -246,6 +246,9 @@ fn on_ready(
         }
         Src::Uevent => {
             let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
+            // Before the re-plan (and its discovery): what the guard holds
+            // back that is no blocked GPU's goes through now.
+            d.core.release_new_nodes(&k.drm_added);
             if k.gpus && d.burst.on_event(t.now) {
                 d.refresh();
             }

@@ -22,7 +22,7 @@ use nix::sys::socket::{
 };
 
 /// What a batch of uevents was about.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Kinds {
     /// DRM or PCI: re-read the GPUs.
     pub gpus: bool,
@@ -30,6 +30,36 @@ pub struct Kinds {
     pub power: bool,
     /// Datagrams ignored because the kernel did not send them.
     pub forged: u32,
+    /// DRM nodes the kernel added (their device path and number), at most
+    /// [`MAX_ADDED`] per batch: the guard lets through, before any
+    /// discovery, those that are not a blocked GPU's
+    /// (`Core::release_new_nodes`).
+    pub drm_added: Vec<(String, crate::gpu::DevNum)>,
+}
+
+/// Most DRM adds one batch records (a burst past it is left to the re-plan).
+pub const MAX_ADDED: usize = 64;
+
+/// `add@DEVPATH\0…SUBSYSTEM=drm\0…MAJOR=M\0MINOR=N\0`: a DRM node the kernel
+/// made, as (DEVPATH, M:N).
+fn drm_added(msg: &[u8]) -> Option<(String, crate::gpu::DevNum)> {
+    let mut fields = msg.split(|&b| b == 0);
+    let devpath = fields.next()?.strip_prefix(b"add@")?;
+    let (mut drm, mut major, mut minor) = (false, None, None);
+    for f in fields {
+        if f == b"SUBSYSTEM=drm" {
+            drm = true;
+        } else if let Some(v) = f.strip_prefix(b"MAJOR=") {
+            major = std::str::from_utf8(v).ok()?.parse().ok();
+        } else if let Some(v) = f.strip_prefix(b"MINOR=") {
+            minor = std::str::from_utf8(v).ok()?.parse().ok();
+        }
+    }
+    let path = String::from_utf8(devpath.to_vec()).ok()?;
+    match (drm, major, minor) {
+        (true, Some(ma), Some(mi)) => Some((path, crate::gpu::DevNum::new(ma, mi))),
+        _ => None,
+    }
 }
 
 pub struct Uevents {
@@ -80,6 +110,9 @@ impl Uevents {
                     let msg = &buf[..n];
                     k.gpus |= concerns_gpus(msg);
                     k.power |= concerns_power(msg);
+                    if k.drm_added.len() < MAX_ADDED {
+                        k.drm_added.extend(drm_added(msg));
+                    }
                 }
                 Err(nix::errno::Errno::EINTR) => continue,
                 // EAGAIN: drained. ENOBUFS: we missed some; re-read all.
@@ -460,6 +493,34 @@ mod tests {
         assert!(c.take_due(t0 + BURST_WINDOW + Duration::from_millis(2), true));
         // After a quiet window, the next event is acted on at once again.
         assert!(c.on_event(ms(500)));
+    }
+
+    #[test]
+    fn drm_adds_are_read_with_their_path_and_number() {
+        let m = uevent(
+            "add",
+            "/devices/pci0000:00/0000:00:03.0/virtio1/drm/card1",
+            "drm",
+            &["MAJOR=226", "MINOR=1", "DEVNAME=dri/card1"],
+        );
+        assert_eq!(
+            super::drm_added(&m),
+            Some((
+                "/devices/pci0000:00/0000:00:03.0/virtio1/drm/card1".to_string(),
+                crate::gpu::DevNum::new(226, 1)
+            ))
+        );
+        let change = uevent(
+            "change",
+            "/devices/x/drm/card1",
+            "drm",
+            &["MAJOR=226", "MINOR=1"],
+        );
+        assert_eq!(super::drm_added(&change), None);
+        let pci = uevent("add", "/devices/pci0000:00/0000:00:03.0", "pci", &[]);
+        assert_eq!(super::drm_added(&pci), None);
+        let connector = uevent("add", "/devices/x/drm/card1/card1-DP-1", "drm", &[]);
+        assert_eq!(super::drm_added(&connector), None);
     }
 
     #[test]

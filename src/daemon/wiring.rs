@@ -70,7 +70,7 @@ impl Daemon {
                 None
             }
         };
-        let core = Core::new(
+        let mut core = Core::new(
             opts.roots.clone(),
             state_path,
             config,
@@ -78,6 +78,7 @@ impl Daemon {
             inventory,
             enforcer,
         );
+        core.set_node_events(uevents.is_some());
         Ok(Daemon {
             core,
             apps,
