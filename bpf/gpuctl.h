@@ -31,6 +31,10 @@
 #define GPUCTL_MAX_ENV_KEYS 1024
 /* Denial events per CPU per second, at most. */
 #define GPUCTL_EVENTS_PER_SEC 64
+/* Grants `status` lists at most (the lowest pids the caller may see). */
+#define GPUCTL_GRANTS_LISTED 64
+/* `grant_list_uid` for a caller who sees every uid's grants. */
+#define GPUCTL_LIST_ALL 0xffffffffU
 
 enum gpuctl_log_level {
 	GPUCTL_LOG_OFF = 0,
@@ -174,6 +178,16 @@ struct deny_event {
 	__u32 uid;
 	/* The task's role (GPUCTL_SVC_*: logind opening for a compositor), 0 if none. */
 	__u32 svc;
+};
+
+/*
+ * One grant `status` lists (the grant-list iterator, issue 21): the map's
+ * key and value, kept in `.bss` (`grant_list`) for the daemon to read.
+ */
+struct grant_rec {
+	__u32 pid;
+	__u32 pad;
+	struct grant grant;
 };
 
 /*

@@ -11,9 +11,10 @@
 //!   checks again after the insert (an exit in between removes the entry).
 //! - **Exit**: the kernel's exit hook removes a process's entry when its
 //!   last thread exits, so the map holds live processes' grants. Nothing on
-//!   a request's path reads `/proc` per grant (issue 21): `status` reads the
-//!   map in batches, with each entry's owner in it, and names (`comm`) only
-//!   the grants it lists.
+//!   a request's path reads `/proc` per grant (issue 21): the kernel walks
+//!   the map for `status` and hands back only the grants it lists (the
+//!   lowest pids the caller may see) and the counts; `status` names
+//!   (`comm`) only those.
 //! - **Sweep**: an entry the daemon made (`run`, a restore) whose process
 //!   exited before it was written is left behind; such entries are removed
 //!   when a `run` finds the map full or its uid at its cap (at most once a
@@ -435,22 +436,19 @@ impl Grants {
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
     /// At most [`GRANTS_LISTED`] are listed (the lowest pids; the third
-    /// value counts the rest), and only those are named from `/proc`: a
-    /// full map costs a few batched map reads, not a `/proc` walk.
-    pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
-        // Counted and cut on the raw entries: a view (and its allocations)
-        // is made only for the grants listed.
-        let (mut shown, others): (Vec<Grant>, Vec<Grant>) = enforcer
-            .grants()
-            .into_iter()
-            .partition(|g| viewer.sees(Some(g.uid)));
-        let hidden = others.len() as u64;
-        let not_listed = shown.len().saturating_sub(GRANTS_LISTED) as u64;
-        if shown.len() > GRANTS_LISTED {
-            shown.select_nth_unstable_by_key(GRANTS_LISTED, |g| g.pid);
-            shown.truncate(GRANTS_LISTED);
-        }
-        shown.sort_unstable_by_key(|g| g.pid);
+    /// value counts the rest), and only those are named from `/proc`. The
+    /// kernel picks them in a walk of the map ([`Enforcer::grant_list`]):
+    /// a full map costs that walk, not a copy of every entry (issue 21).
+    pub fn view(&mut self, enforcer: &mut Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
+        let (shown, seen, total) = match enforcer.grant_list(viewer.0) {
+            Ok(l) => (l.listed, l.seen, l.total),
+            Err(e) => {
+                log!("{e:#}; reading the whole grant map instead");
+                Self::pick(enforcer.grants(), viewer)
+            }
+        };
+        let hidden = total.saturating_sub(seen);
+        let not_listed = seen.saturating_sub(shown.len() as u64);
         let views = shown
             .into_iter()
             .map(|g| GrantView {
@@ -474,6 +472,24 @@ impl Grants {
             })
             .collect();
         (views, hidden, not_listed)
+    }
+
+    /// What [`Enforcer::grant_list`] finds, from a copy of the whole map
+    /// (when the kernel's walk cannot be made): the [`GRANTS_LISTED`]
+    /// lowest pids `viewer` sees, by pid, the number it sees, the total.
+    fn pick(all: Vec<Grant>, viewer: Viewer) -> (Vec<Grant>, u64, u64) {
+        let total = all.len() as u64;
+        let mut shown: Vec<Grant> = all
+            .into_iter()
+            .filter(|g| viewer.sees(Some(g.uid)))
+            .collect();
+        let seen = shown.len() as u64;
+        if shown.len() > GRANTS_LISTED {
+            shown.select_nth_unstable_by_key(GRANTS_LISTED, |g| g.pid);
+            shown.truncate(GRANTS_LISTED);
+        }
+        shown.sort_unstable_by_key(|g| g.pid);
+        (shown, seen, total)
     }
 
     /// The kernel's per-uid counts and the limits (`status`; redacted for
