@@ -840,6 +840,8 @@ __u32 grant_list_n = 0;
 __u32 grant_list_top = 0;
 __u64 grant_list_total = 0;
 __u64 grant_list_seen = 0;
+/* Of those, the `gpuctl run` grants the daemon made (its per-uid cap counts them). */
+__u64 grant_list_runs = 0;
 struct grant_rec grant_list[GPUCTL_GRANTS_LISTED] = {};
 
 /* The index of the highest pid in a full `grant_list`. */
@@ -864,6 +866,8 @@ static long grant_list_step(struct bpf_map *map, __u32 *key, struct grant *val, 
 	if (grant_list_uid != GPUCTL_LIST_ALL && val->uid != grant_list_uid)
 		return 0;
 	grant_list_seen++;
+	if (!(val->flags & GPUCTL_GRANT_KERNEL) && val->how == GPUCTL_GRANT_RUN)
+		grant_list_runs++;
 	n = grant_list_n;
 	if (n < GPUCTL_GRANTS_LISTED) {
 		i = n;
@@ -887,6 +891,7 @@ int gpuctl_grant_list(void *ctx)
 	grant_list_top = 0;
 	grant_list_total = 0;
 	grant_list_seen = 0;
+	grant_list_runs = 0;
 	bpf_for_each_map_elem(&grants, grant_list_step, NULL, 0);
 	return 0;
 }

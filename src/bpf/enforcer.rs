@@ -199,6 +199,9 @@ pub struct GrantList {
     pub seen: u64,
     /// Entries in the map.
     pub total: u64,
+    /// Of `seen`, the `gpuctl run` grants the daemon made (not the hooks'
+    /// inherited copies): what the per-uid cap of `run` counts.
+    pub runs: u64,
 }
 
 /// A system program with a role in the kernel's decision (`services`).
@@ -827,11 +830,12 @@ impl Enforcer {
         let bss = self.bss()?;
         // SAFETY: valid, aligned values in the mmap'ed .bss; the walk that
         // wrote them has returned, and the daemon runs one at a time.
-        let (n, total, seen, recs) = unsafe {
+        let (n, total, seen, runs, recs) = unsafe {
             (
                 std::ptr::read_volatile(&bss.grant_list_n),
                 std::ptr::read_volatile(&bss.grant_list_total),
                 std::ptr::read_volatile(&bss.grant_list_seen),
+                std::ptr::read_volatile(&bss.grant_list_runs),
                 std::ptr::read_volatile(&bss.grant_list),
             )
         };
@@ -845,6 +849,7 @@ impl Enforcer {
             listed,
             seen,
             total,
+            runs,
         })
     }
 
@@ -1332,7 +1337,8 @@ mod tests {
     }
 
     /// Root only (issue 21): the grant map's walk in the kernel keeps the
-    /// 64 lowest pids of the owner asked for, by pid, and counts exactly,
+    /// 64 lowest pids of the owner asked for, by pid, and counts exactly
+    /// (its entries, and its `run` grants for the per-uid cap),
     /// on a map of thousands of entries (more than one batch, many
     /// replacements of the kept highest pid): what a copy of the whole map
     /// and a sort find.
@@ -1364,11 +1370,16 @@ mod tests {
             let g = Grant {
                 pid,
                 gpus: 1 << (i % 3),
-                how: GrantHow::Run,
+                how: if i % 5 == 0 {
+                    GrantHow::Env
+                } else {
+                    GrantHow::Run
+                },
                 only: i % 2 == 0,
                 start: u64::from(i),
                 uid: owner(i),
-                inherited: false,
+                // As the hooks write them (a `run` grant's inherited copy).
+                inherited: i % 7 == 0,
             };
             assert!(e.grant(&g).unwrap());
         }
@@ -1382,6 +1393,10 @@ mod tests {
                 .collect();
             want.sort_by_key(|g| g.pid);
             let seen = want.len() as u64;
+            let runs = want
+                .iter()
+                .filter(|g| !g.inherited && g.how == GrantHow::Run)
+                .count() as u64;
             want.truncate(crate::proto::data::GRANTS_LISTED);
             let got = e.grant_list(uid).unwrap();
             assert_eq!(
@@ -1389,7 +1404,8 @@ mod tests {
                 GrantList {
                     listed: want,
                     seen,
-                    total: u64::from(n)
+                    total: u64::from(n),
+                    runs,
                 },
                 "owner {uid:?}"
             );

@@ -21,8 +21,8 @@
 //!   second), and at a clean stop. Entries the kernel's hooks made are
 //!   theirs to remove (they are counted, see below).
 //! - **Per uid**: one uid holds at most [`PER_UID_RUN_GRANTS`] grants made by
-//!   `gpuctl run` (root: no cap), counted from the map (each entry names
-//!   its uid); the grants the kernel's hooks make (inherited at fork,
+//!   `gpuctl run` (root: no cap), counted by the kernel's walk of the map
+//!   (each entry names its uid); the grants the kernel's hooks make (inherited at fork,
 //!   `DRI_PRIME`, app rules) are counted apart, in the kernel, against each
 //!   uid's share of the map ([`crate::bpf::GrantShare`]; issue 18).
 //! - **Restart**: on a clean stop the grants are saved with the boot id; the
@@ -252,7 +252,7 @@ impl Grants {
     /// when it is full.
     pub fn grant_peer(
         &mut self,
-        enforcer: &Enforcer,
+        enforcer: &mut Enforcer,
         max_grants: u32,
         peer: &Peer,
         gpu: &crate::gpu::Gpu,
@@ -307,13 +307,17 @@ impl Grants {
 
     /// Before a grant: refuses a plain user who already holds
     /// [`PER_UID_RUN_GRANTS`] grants from `gpuctl run`, counted from the
-    /// map's entries (each names its uid; no `/proc` read). At the cap, a
-    /// due sweep first drops entries of processes that are gone.
-    fn cap(&mut self, enforcer: &Enforcer, uid: u32) -> Result<(), Rejection> {
+    /// map's entries (each names its uid; no `/proc` read), by the kernel's
+    /// walk of the map (no copy of it; a copy if the walk cannot run). At
+    /// the cap, a due sweep first drops entries of processes that are gone.
+    fn cap(&mut self, enforcer: &mut Enforcer, uid: u32) -> Result<(), Rejection> {
         if uid == 0 {
             return Ok(());
         }
-        let mine = |e: &Enforcer| run_grants_of(&e.grants(), uid);
+        let mine = |e: &mut Enforcer| match e.grant_list(Some(uid)) {
+            Ok(l) => usize::try_from(l.runs).unwrap_or(usize::MAX),
+            Err(_) => run_grants_of(&e.grants(), uid),
+        };
         let mut n = mine(enforcer);
         if n >= PER_UID_RUN_GRANTS {
             self.sweep_if_due(enforcer);
@@ -453,9 +457,7 @@ impl Grants {
             .into_iter()
             .map(|g| GrantView {
                 // The command name is read only for the grants listed.
-                comm: std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
-                    .map(|c| c.trim().to_string())
-                    .ok(),
+                comm: auth::comm_of(g.pid),
                 pid: g.pid,
                 uid: Some(g.uid),
                 how: Some(g.how),
