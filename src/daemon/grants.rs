@@ -215,6 +215,9 @@ pub struct Grants {
     path: PathBuf,
     /// When grants were last checked against live processes.
     last_sweep: Option<Instant>,
+    /// The kernel's walk of the map failed and the log said so (once: the
+    /// copy answers instead, every time).
+    walk_failed: bool,
 }
 
 impl Grants {
@@ -222,6 +225,7 @@ impl Grants {
         Grants {
             path: state_dir.join("grants.json"),
             last_sweep: None,
+            walk_failed: false,
         }
     }
 
@@ -314,14 +318,10 @@ impl Grants {
         if uid == 0 {
             return Ok(());
         }
-        let mine = |e: &mut Enforcer| match e.grant_list(Some(uid)) {
-            Ok(l) => usize::try_from(l.runs).unwrap_or(usize::MAX),
-            Err(_) => run_grants_of(&e.grants(), uid),
-        };
-        let mut n = mine(enforcer);
+        let mut n = self.run_grants(enforcer, uid);
         if n >= PER_UID_RUN_GRANTS {
             self.sweep_if_due(enforcer);
-            n = mine(enforcer);
+            n = self.run_grants(enforcer, uid);
         }
         if n >= PER_UID_RUN_GRANTS {
             return Err(Rejection::Refused(format!(
@@ -330,6 +330,26 @@ impl Grants {
             )));
         }
         Ok(())
+    }
+
+    /// The `gpuctl run` grants `uid` holds: the kernel's walk counts them;
+    /// a copy of the map if the walk cannot run.
+    fn run_grants(&mut self, enforcer: &mut Enforcer, uid: u32) -> usize {
+        match enforcer.grant_list(Some(uid)) {
+            Ok(l) => usize::try_from(l.runs).unwrap_or(usize::MAX),
+            Err(e) => {
+                self.say_walk_failed(&e);
+                run_grants_of(&enforcer.grants(), uid)
+            }
+        }
+    }
+
+    /// Says once that the kernel's walk of the map failed.
+    fn say_walk_failed(&mut self, e: &anyhow::Error) {
+        if !self.walk_failed {
+            self.walk_failed = true;
+            log!("{e:#}; reading the whole grant map instead (said once)");
+        }
     }
 
     /// On a clean stop: saves the grants for the next daemon (smart mode).
@@ -447,7 +467,7 @@ impl Grants {
         let (shown, seen, total) = match enforcer.grant_list(viewer.0) {
             Ok(l) => (l.listed, l.seen, l.total),
             Err(e) => {
-                log!("{e:#}; reading the whole grant map instead");
+                self.say_walk_failed(&e);
                 Self::pick(enforcer.grants(), viewer)
             }
         };
