@@ -858,3 +858,79 @@ int gpuctl_holders(struct bpf_iter__task_file *ctx)
 	bpf_seq_write(ctx->meta->seq, &out, sizeof(out));
 	return 0;
 }
+
+/*
+ * The grants `status` lists (issue 21): a walk of the grant map in the
+ * kernel (`bpf_for_each_map_elem`, from a `syscall` program the daemon runs
+ * with BPF_PROG_TEST_RUN) that keeps the GPUCTL_GRANTS_LISTED lowest pids
+ * the caller may see (`grant_list_uid`: their uid, or GPUCTL_LIST_ALL) in
+ * `grant_list`, and counts the entries (`grant_list_total`) and those the
+ * caller may see (`grant_list_seen`). Nothing is copied to userspace but
+ * what is kept, so a full map costs a walk, not a copy of 8 192 entries.
+ * The daemon sets `grant_list_uid`, runs the program and reads the results
+ * from `.bss`; it runs one walk at a time (its loop is single-threaded).
+ * (An `iter/bpf_map_elem` iterator would do the same walk, but its load
+ * was refused with EPERM, and no verifier message, on a 6.18 kernel.)
+ */
+__u32 grant_list_uid = 0;
+/* Entries kept in `grant_list` (at most GPUCTL_GRANTS_LISTED). */
+__u32 grant_list_n = 0;
+/* Once full: the index in `grant_list` of its highest pid (the one to replace). */
+__u32 grant_list_top = 0;
+__u64 grant_list_total = 0;
+__u64 grant_list_seen = 0;
+/* Of those, the `gpuctl run` grants the daemon made (its per-uid cap counts them). */
+__u64 grant_list_runs = 0;
+struct grant_rec grant_list[GPUCTL_GRANTS_LISTED] = {};
+
+/* The index of the highest pid in a full `grant_list`. */
+static __always_inline __u32 grant_list_max(void)
+{
+	__u32 i, top = 0, top_pid = 0;
+
+	for (i = 0; i < GPUCTL_GRANTS_LISTED; i++) {
+		if (grant_list[i].pid > top_pid) {
+			top_pid = grant_list[i].pid;
+			top = i;
+		}
+	}
+	return top;
+}
+
+static long grant_list_step(struct bpf_map *map, __u32 *key, struct grant *val, void *unused)
+{
+	__u32 pid = *key, i, n;
+
+	grant_list_total++;
+	if (grant_list_uid != GPUCTL_LIST_ALL && val->uid != grant_list_uid)
+		return 0;
+	grant_list_seen++;
+	if (!(val->flags & GPUCTL_GRANT_KERNEL) && val->how == GPUCTL_GRANT_RUN)
+		grant_list_runs++;
+	n = grant_list_n;
+	if (n < GPUCTL_GRANTS_LISTED) {
+		i = n;
+		grant_list_n = n + 1;
+	} else {
+		i = grant_list_top;
+		if (i >= GPUCTL_GRANTS_LISTED || pid >= grant_list[i].pid)
+			return 0;
+	}
+	grant_list[i].pid = pid;
+	grant_list[i].grant = *val;
+	if (grant_list_n == GPUCTL_GRANTS_LISTED)
+		grant_list_top = grant_list_max();
+	return 0;
+}
+
+SEC("syscall")
+int gpuctl_grant_list(void *ctx)
+{
+	grant_list_n = 0;
+	grant_list_top = 0;
+	grant_list_total = 0;
+	grant_list_seen = 0;
+	grant_list_runs = 0;
+	bpf_for_each_map_elem(&grants, grant_list_step, NULL, 0);
+	return 0;
+}

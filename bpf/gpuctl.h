@@ -39,6 +39,10 @@
 #define GPUCTL_GUARDS 2
 #define GPUCTL_DRM_MAJOR 226
 #define GPUCTL_NVIDIA_MAJOR 195
+/* Grants `status` lists at most (the lowest pids the caller may see). */
+#define GPUCTL_GRANTS_LISTED 64
+/* `grant_list_uid` for a caller who sees every uid's grants. */
+#define GPUCTL_LIST_ALL 0xffffffffU
 
 enum gpuctl_log_level {
 	GPUCTL_LOG_OFF = 0,
@@ -198,6 +202,16 @@ struct deny_event {
 	__u32 uid;
 	/* The task's role (GPUCTL_SVC_*: logind opening for a compositor), 0 if none. */
 	__u32 svc;
+};
+
+/*
+ * One grant `status` lists (the grant-list iterator, issue 21): the map's
+ * key and value, kept in `.bss` (`grant_list`) for the daemon to read.
+ */
+struct grant_rec {
+	__u32 pid;
+	__u32 pad;
+	struct grant grant;
 };
 
 /*

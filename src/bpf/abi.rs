@@ -63,6 +63,8 @@ const GRANT_APP: u16 = 3;
 /// `grant.flags`: `GPUCTL_GRANT_ONLY`, `GPUCTL_GRANT_KERNEL`.
 const GRANT_ONLY: u16 = 1;
 const GRANT_KERNEL: u16 = 2;
+/// `grant_list_uid` for a caller who sees every uid (`GPUCTL_LIST_ALL`).
+pub const LIST_ALL: u32 = 0xffff_ffff;
 /// `grant.session` of a process in no login session (`GPUCTL_NO_SESSION`).
 pub const NO_SESSION: u32 = 0xffff_ffff;
 
@@ -447,9 +449,16 @@ mod tests {
                 crate::gpu::NVIDIA_MAJOR as usize,
             ),
             (gpuctl, "GPUCTL_ENV_KEY_LEN", ENV_KEY_LEN),
+            (
+                gpuctl,
+                "GPUCTL_GRANTS_LISTED",
+                crate::proto::data::GRANTS_LISTED,
+            ),
         ];
         assert!(gpuctl.contains("#define GPUCTL_NO_SESSION 0xffffffffU\n"));
         assert_eq!(NO_SESSION, u32::MAX);
+        assert!(gpuctl.contains("#define GPUCTL_LIST_ALL 0xffffffffU\n"));
+        assert_eq!(LIST_ALL, u32::MAX);
         for (header, name, value) in defines {
             let line = format!("#define {name} {value}\n");
             assert!(header.contains(&line), "the header has no {line:?}");

@@ -190,6 +190,20 @@ pub struct Grant {
     pub inherited: bool,
 }
 
+/// What [`Enforcer::grant_list`] found in the grant map.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GrantList {
+    /// The lowest pids of the owner asked for, by pid.
+    pub listed: Vec<Grant>,
+    /// Entries of that owner (all of them with no owner asked for).
+    pub seen: u64,
+    /// Entries in the map.
+    pub total: u64,
+    /// Of `seen`, the `gpuctl run` grants the daemon made (not the hooks'
+    /// inherited copies): what the per-uid cap of `run` counts.
+    pub runs: u64,
+}
+
 /// A system program with a role in the kernel's decision (`services`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -848,6 +862,46 @@ impl Enforcer {
         }
     }
 
+    /// The grants `status` lists: the [`GRANTS_LISTED`] lowest pids whose
+    /// owner is `uid` (`None`: every uid), by pid, with the number of
+    /// entries that owner holds and the map's total. Found by the `syscall`
+    /// program `gpuctl_grant_list`, which walks the map in the kernel
+    /// (`bpf_for_each_map_elem`) and keeps only those: a full map costs the
+    /// walk, not a copy of every entry to userspace (issue 21).
+    ///
+    /// [`GRANTS_LISTED`]: crate::proto::data::GRANTS_LISTED
+    pub fn grant_list(&mut self, uid: Option<u32>) -> Result<GrantList> {
+        self.load_rest()?;
+        self.bss()?.grant_list_uid = uid.unwrap_or(abi::LIST_ALL);
+        self.prog(|s| &s.progs.gpuctl_grant_list)?
+            .test_run(libbpf_rs::ProgramInput::default())
+            .context("walking the grant map")?;
+        let bss = self.bss()?;
+        // SAFETY: valid, aligned values in the mmap'ed .bss; the walk that
+        // wrote them has returned, and the daemon runs one at a time.
+        let (n, total, seen, runs, recs) = unsafe {
+            (
+                std::ptr::read_volatile(&bss.grant_list_n),
+                std::ptr::read_volatile(&bss.grant_list_total),
+                std::ptr::read_volatile(&bss.grant_list_seen),
+                std::ptr::read_volatile(&bss.grant_list_runs),
+                std::ptr::read_volatile(&bss.grant_list),
+            )
+        };
+        let mut listed: Vec<Grant> = recs
+            .iter()
+            .take(n as usize)
+            .map(|r| abi::grant(r.pid, &r.grant))
+            .collect();
+        listed.sort_unstable_by_key(|g| g.pid);
+        Ok(GrantList {
+            listed,
+            seen,
+            total,
+            runs,
+        })
+    }
+
     /// The kernel's per-uid counts of the hooks' grants (see [`ShareCounts`]).
     pub fn share_counts(&mut self) -> Result<super::ShareCounts> {
         let bss = self.bss()?;
@@ -1329,6 +1383,84 @@ mod tests {
         std::fs::remove_dir(&cg).unwrap();
         let g = found.expect("the exec hook of the second instance granted the exec");
         assert_eq!((g.gpus, g.how), (1 << 2, GrantHow::Env));
+    }
+
+    /// Root only (issue 21): the grant map's walk in the kernel keeps the
+    /// 64 lowest pids of the owner asked for, by pid, and counts exactly
+    /// (its entries, and its `run` grants for the per-uid cap),
+    /// on a map of thousands of entries (more than one batch, many
+    /// replacements of the kept highest pid): what a copy of the whole map
+    /// and a sort find.
+    #[test]
+    #[ignore = "root"]
+    fn the_grant_walk_keeps_the_lowest_pids_and_counts() {
+        crate::bpf::require_root("the_grant_walk_keeps_the_lowest_pids_and_counts");
+        let cg = scratch_cgroup("gpuctl-unit-list-");
+        let mut e = Enforcer::load(&Options {
+            backend: Backend::Cgroup,
+            cgroup: Some(cg.clone()),
+            log_level: LogLevel::Off,
+            daemon_tgid: std::process::id(),
+            max_grants: 4096,
+            preload: Preload::Nothing,
+        })
+        .unwrap();
+        // Pids far above pid_max's default in a scattered order (no such
+        // process: nothing removes them), three owners; uid 7 holds fewer
+        // than 64.
+        let owner = |i: u32| match i % 100 {
+            0..=1 => 7,
+            2..=40 => 1000,
+            _ => 0,
+        };
+        let n = 3000u32;
+        for i in 0..n {
+            let pid = 5_000_000 + (i * 7919) % 100_003;
+            let g = Grant {
+                pid,
+                gpus: 1 << (i % 3),
+                how: if i % 5 == 0 {
+                    GrantHow::Env
+                } else {
+                    GrantHow::Run
+                },
+                only: i % 2 == 0,
+                start: u64::from(i),
+                uid: owner(i),
+                // As the hooks write them (a `run` grant's inherited copy).
+                inherited: i % 7 == 0,
+            };
+            assert!(e.grant(&g).unwrap());
+        }
+        let all = e.grants();
+        assert_eq!(all.len(), n as usize);
+        for uid in [None, Some(0), Some(1000), Some(7), Some(4242)] {
+            let mut want: Vec<Grant> = all
+                .iter()
+                .filter(|g| uid.is_none_or(|u| g.uid == u))
+                .cloned()
+                .collect();
+            want.sort_by_key(|g| g.pid);
+            let seen = want.len() as u64;
+            let runs = want
+                .iter()
+                .filter(|g| !g.inherited && g.how == GrantHow::Run)
+                .count() as u64;
+            want.truncate(crate::proto::data::GRANTS_LISTED);
+            let got = e.grant_list(uid).unwrap();
+            assert_eq!(
+                got,
+                GrantList {
+                    listed: want,
+                    seen,
+                    total: u64::from(n),
+                    runs,
+                },
+                "owner {uid:?}"
+            );
+        }
+        drop(e);
+        std::fs::remove_dir(&cg).unwrap();
     }
 
     /// The kernel's identity of a sysfs file, as discovery computes it.

@@ -315,6 +315,24 @@ mod tests {
             event_line(&event(power.clone()), &power),
             "power  GPU 1 0000:01:00.0: D0 (active)"
         );
+        // Issue 18 F2: a GPU automation left for a display server, its name
+        // through the sanitizer (`events` prints `human` of the line).
+        let held = json!({"event": "held", "gpu": 1, "pci": "0000:01:00.0",
+            "mode": "integrated", "auto": true, "pid": 2210, "comm": "gnome\u{1b}[2Jshell",
+            "uid": 1000});
+        let line = crate::text::human(&event_line(&event(held.clone()), &held)).into_owned();
+        assert!(
+            line.starts_with(
+                "GPU 1 left awake for the display server gnome\\x1b[2Jshell (pid 2210): \
+                 automation's mode integrated would block it"
+            ),
+            "{line}"
+        );
+        let theirs = json!({"event": "held", "gpu": 1, "mode": "smart", "auto": false,
+            "pid": null, "comm": null, "uid": null});
+        assert!(event_line(&event(theirs.clone()), &theirs).starts_with(
+            "GPU 1 left awake for the display server another user's process: the mode smart"
+        ));
     }
 
     #[test]

@@ -34,13 +34,28 @@ pub struct Peer {
     pub comm: String,
 }
 
+/// The command name of `pid` (`/proc/<pid>/comm`), `None` if it is gone.
+/// One open, one read, one close (a name is at most 16 bytes): on every
+/// connection and for each grant `status` lists, so no size probe and no
+/// read to EOF as `read_to_string` does.
+pub fn comm_of(pid: u32) -> Option<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(format!("/proc/{pid}/comm")).ok()?;
+    let mut buf = [0u8; 64];
+    let n = f.read(&mut buf).ok()?;
+    let name = buf.get(..n)?;
+    let name = name.strip_suffix(b"\n").unwrap_or(name);
+    Some(String::from_utf8_lossy(name).into_owned())
+}
+
 impl Peer {
     pub fn of(stream: &UnixStream) -> nix::Result<Peer> {
         let c = getsockopt(stream, PeerCredentials)?;
         let pid = c.pid();
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "?".to_string());
+        let comm = u32::try_from(pid)
+            .ok()
+            .and_then(comm_of)
+            .unwrap_or_else(|| "?".to_string());
         Ok(Peer {
             pid,
             uid: c.uid(),
@@ -173,6 +188,17 @@ pub fn configured_gid(group: &str) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn comm_of_a_live_process_and_of_none() {
+        let me = std::fs::read_to_string("/proc/self/comm").unwrap();
+        assert_eq!(
+            comm_of(std::process::id()),
+            Some(me.trim_end_matches('\n').into())
+        );
+        // Above the kernel's largest pid_max (2^22): never a process.
+        assert_eq!(comm_of(5_000_000), None);
+    }
 
     #[test]
     fn parses_group_file() {

@@ -394,10 +394,16 @@ impl Auto {
         self.save();
     }
 
+    /// Whether automation is active: rules set and not turned off (the
+    /// mode in force is then the rules', as `status` says in `auto`).
+    pub fn active(&self, rules: &Rules) -> bool {
+        rules.any() && self.enabled
+    }
+
     /// The automation part of `status` and `auto status`.
     pub fn json(&self, rules: &Rules, mode: Mode) -> AutoData {
         AutoData {
-            active: rules.any() && self.enabled,
+            active: self.active(rules),
             enabled: self.enabled,
             rules: AutoRules {
                 on_battery: rules.on_battery,

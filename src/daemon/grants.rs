@@ -11,17 +11,18 @@
 //!   checks again after the insert (an exit in between removes the entry).
 //! - **Exit**: the kernel's exit hook removes a process's entry when its
 //!   last thread exits, so the map holds live processes' grants. Nothing on
-//!   a request's path reads `/proc` per grant (issue 21): `status` reads the
-//!   map in batches, with each entry's owner in it, and names (`comm`) only
-//!   the grants it lists.
+//!   a request's path reads `/proc` per grant (issue 21): the kernel walks
+//!   the map for `status` and hands back only the grants it lists (the
+//!   lowest pids the caller may see) and the counts; `status` names
+//!   (`comm`) only those.
 //! - **Sweep**: an entry the daemon made (`run`, a restore) whose process
 //!   exited before it was written is left behind; such entries are removed
 //!   when a `run` finds the map full or its uid at its cap (at most once a
 //!   second), and at a clean stop. Entries the kernel's hooks made are
 //!   theirs to remove (they are counted, see below).
 //! - **Per uid**: one uid holds at most [`PER_UID_RUN_GRANTS`] grants made by
-//!   `gpuctl run` (root: no cap), counted from the map (each entry names
-//!   its uid); the grants the kernel's hooks make (inherited at fork,
+//!   `gpuctl run` (root: no cap), counted by the kernel's walk of the map
+//!   (each entry names its uid); the grants the kernel's hooks make (inherited at fork,
 //!   `DRI_PRIME`, app rules) are counted apart, in the kernel, against each
 //!   uid's share of the map ([`crate::bpf::GrantShare`]; issue 18).
 //! - **Restart**: on a clean stop the grants are saved with the boot id; the
@@ -214,6 +215,9 @@ pub struct Grants {
     path: PathBuf,
     /// When grants were last checked against live processes.
     last_sweep: Option<Instant>,
+    /// The kernel's walk of the map failed and the log said so (once: the
+    /// copy answers instead, every time).
+    walk_failed: bool,
 }
 
 impl Grants {
@@ -221,6 +225,7 @@ impl Grants {
         Grants {
             path: state_dir.join("grants.json"),
             last_sweep: None,
+            walk_failed: false,
         }
     }
 
@@ -251,7 +256,7 @@ impl Grants {
     /// when it is full.
     pub fn grant_peer(
         &mut self,
-        enforcer: &Enforcer,
+        enforcer: &mut Enforcer,
         max_grants: u32,
         peer: &Peer,
         gpu: &crate::gpu::Gpu,
@@ -306,17 +311,17 @@ impl Grants {
 
     /// Before a grant: refuses a plain user who already holds
     /// [`PER_UID_RUN_GRANTS`] grants from `gpuctl run`, counted from the
-    /// map's entries (each names its uid; no `/proc` read). At the cap, a
-    /// due sweep first drops entries of processes that are gone.
-    fn cap(&mut self, enforcer: &Enforcer, uid: u32) -> Result<(), Rejection> {
+    /// map's entries (each names its uid; no `/proc` read), by the kernel's
+    /// walk of the map (no copy of it; a copy if the walk cannot run). At
+    /// the cap, a due sweep first drops entries of processes that are gone.
+    fn cap(&mut self, enforcer: &mut Enforcer, uid: u32) -> Result<(), Rejection> {
         if uid == 0 {
             return Ok(());
         }
-        let mine = |e: &Enforcer| run_grants_of(&e.grants(), uid);
-        let mut n = mine(enforcer);
+        let mut n = self.run_grants(enforcer, uid);
         if n >= PER_UID_RUN_GRANTS {
             self.sweep_if_due(enforcer);
-            n = mine(enforcer);
+            n = self.run_grants(enforcer, uid);
         }
         if n >= PER_UID_RUN_GRANTS {
             return Err(Rejection::Refused(format!(
@@ -325,6 +330,26 @@ impl Grants {
             )));
         }
         Ok(())
+    }
+
+    /// The `gpuctl run` grants `uid` holds: the kernel's walk counts them;
+    /// a copy of the map if the walk cannot run.
+    fn run_grants(&mut self, enforcer: &mut Enforcer, uid: u32) -> usize {
+        match enforcer.grant_list(Some(uid)) {
+            Ok(l) => usize::try_from(l.runs).unwrap_or(usize::MAX),
+            Err(e) => {
+                self.say_walk_failed(&e);
+                run_grants_of(&enforcer.grants(), uid)
+            }
+        }
+    }
+
+    /// Says once that the kernel's walk of the map failed.
+    fn say_walk_failed(&mut self, e: &anyhow::Error) {
+        if !self.walk_failed {
+            self.walk_failed = true;
+            log!("{e:#}; reading the whole grant map instead (said once)");
+        }
     }
 
     /// On a clean stop: saves the grants for the next daemon (smart mode).
@@ -435,29 +460,24 @@ impl Grants {
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
     /// At most [`GRANTS_LISTED`] are listed (the lowest pids; the third
-    /// value counts the rest), and only those are named from `/proc`: a
-    /// full map costs a few batched map reads, not a `/proc` walk.
-    pub fn view(&mut self, enforcer: &Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
-        // Counted and cut on the raw entries: a view (and its allocations)
-        // is made only for the grants listed.
-        let (mut shown, others): (Vec<Grant>, Vec<Grant>) = enforcer
-            .grants()
-            .into_iter()
-            .partition(|g| viewer.sees(Some(g.uid)));
-        let hidden = others.len() as u64;
-        let not_listed = shown.len().saturating_sub(GRANTS_LISTED) as u64;
-        if shown.len() > GRANTS_LISTED {
-            shown.select_nth_unstable_by_key(GRANTS_LISTED, |g| g.pid);
-            shown.truncate(GRANTS_LISTED);
-        }
-        shown.sort_unstable_by_key(|g| g.pid);
+    /// value counts the rest), and only those are named from `/proc`. The
+    /// kernel picks them in a walk of the map ([`Enforcer::grant_list`]):
+    /// a full map costs that walk, not a copy of every entry (issue 21).
+    pub fn view(&mut self, enforcer: &mut Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
+        let (shown, seen, total) = match enforcer.grant_list(viewer.0) {
+            Ok(l) => (l.listed, l.seen, l.total),
+            Err(e) => {
+                self.say_walk_failed(&e);
+                Self::pick(enforcer.grants(), viewer)
+            }
+        };
+        let hidden = total.saturating_sub(seen);
+        let not_listed = seen.saturating_sub(shown.len() as u64);
         let views = shown
             .into_iter()
             .map(|g| GrantView {
                 // The command name is read only for the grants listed.
-                comm: std::fs::read_to_string(format!("/proc/{}/comm", g.pid))
-                    .map(|c| c.trim().to_string())
-                    .ok(),
+                comm: auth::comm_of(g.pid),
                 pid: g.pid,
                 uid: Some(g.uid),
                 how: Some(g.how),
@@ -474,6 +494,24 @@ impl Grants {
             })
             .collect();
         (views, hidden, not_listed)
+    }
+
+    /// What [`Enforcer::grant_list`] finds, from a copy of the whole map
+    /// (when the kernel's walk cannot be made): the [`GRANTS_LISTED`]
+    /// lowest pids `viewer` sees, by pid, the number it sees, the total.
+    fn pick(all: Vec<Grant>, viewer: Viewer) -> (Vec<Grant>, u64, u64) {
+        let total = all.len() as u64;
+        let mut shown: Vec<Grant> = all
+            .into_iter()
+            .filter(|g| viewer.sees(Some(g.uid)))
+            .collect();
+        let seen = shown.len() as u64;
+        if shown.len() > GRANTS_LISTED {
+            shown.select_nth_unstable_by_key(GRANTS_LISTED, |g| g.pid);
+            shown.truncate(GRANTS_LISTED);
+        }
+        shown.sort_unstable_by_key(|g| g.pid);
+        (shown, seen, total)
     }
 
     /// The kernel's per-uid counts and the limits (`status`; redacted for

@@ -12,12 +12,14 @@ use std::collections::BTreeSet;
 use crate::gpu::Inventory;
 use crate::policy::{self, Choice, Mode, Plan};
 use crate::proto::data::Modes;
-use crate::proto::event::{Blocked, Event, GrantEvent};
+use crate::proto::event::{Blocked, Event, GrantEvent, HeldEvent};
 
 #[derive(Default)]
 pub struct Push {
     /// The mode and blocked GPU ids last announced.
     last: Option<(Mode, BTreeSet<u32>)>,
+    /// The skips for a display server last announced: (GPU id, holder pid).
+    held: BTreeSet<(u32, u32)>,
     /// Events queued by request handlers (grants), sent after the turn.
     /// Each says whose it is: pid and command name go only to root, the
     /// group and that user (the rule `denied` follows; `proto::redact`).
@@ -30,6 +32,7 @@ impl Push {
     pub fn new(choice: &Choice, plan: &Plan) -> Push {
         Push {
             last: Some((choice.mode, plan.blocked.iter().copied().collect())),
+            held: held_now(plan),
             outbox: Vec::new(),
         }
     }
@@ -74,13 +77,48 @@ impl Push {
         out
     }
 
+    /// One `held` event per GPU the plan newly leaves alone for a display
+    /// server (issue 18): a skip is announced when it begins (a new GPU,
+    /// or another holder), not at each re-plan that keeps it. `auto`: the
+    /// mode in force is automation's.
+    pub fn held(
+        &mut self,
+        inv: &Inventory,
+        choice: &Choice,
+        plan: &Plan,
+        auto: bool,
+    ) -> Vec<Event> {
+        let now = held_now(plan);
+        let out = plan
+            .skipped
+            .iter()
+            .filter_map(|s| Some((s, s.holder.as_ref()?)))
+            .filter(|(s, h)| !self.held.contains(&(s.gpu, h.pid)))
+            .map(|(s, h)| {
+                Event::Held(HeldEvent {
+                    gpu: s.gpu,
+                    pci: inv.gpus.iter().find(|g| g.id == s.gpu).map(|g| g.pci),
+                    mode: choice.mode,
+                    auto,
+                    pid: Some(h.pid),
+                    comm: Some(h.comm.clone()),
+                    uid: Some(h.uid),
+                })
+            })
+            .collect();
+        self.held = now;
+        out
+    }
+
     /// What to send subscribers this turn: what changed in `core` since
     /// the last announcement, then the queued events. Taken even when
-    /// nobody listens, so nothing is announced late.
-    pub fn take(&mut self, core: &super::core::Core) -> Vec<Event> {
+    /// nobody listens, so nothing is announced late. `auto`: automation
+    /// is active (the mode in force is its).
+    pub fn take(&mut self, core: &super::core::Core, auto: bool) -> Vec<Event> {
         let changed = self.changes(core.inventory(), core.choice(), core.plan());
+        let held = self.held(core.inventory(), core.choice(), core.plan(), auto);
         let queued = std::mem::take(&mut self.outbox);
-        changed.into_iter().chain(queued).collect()
+        changed.into_iter().chain(held).chain(queued).collect()
     }
 
     /// A GPU's power-off changed (poweroff.rs).
@@ -108,6 +146,14 @@ impl Push {
             how: if only { "run --only" } else { "run" }.to_string(),
         }));
     }
+}
+
+/// The skips for a display server in `plan`: (GPU id, holder pid).
+fn held_now(plan: &Plan) -> BTreeSet<(u32, u32)> {
+    plan.skipped
+        .iter()
+        .filter_map(|s| Some((s.gpu, s.holder.as_ref()?.pid)))
+        .collect()
 }
 
 /// Which modes this machine can be put in now: `null` for each that can,
@@ -199,6 +245,63 @@ mod tests {
         assert_eq!(ev[0]["blocked"], true);
         assert_eq!(ev[0]["reason"], "mode");
         assert!(p.changes(&inv, &integrated, &plan).is_empty());
+    }
+
+    /// Issue 18 F2: a GPU left alone for a display server is announced
+    /// once when the skip begins (not at each re-plan that keeps it), again
+    /// for a new holder or after the skip ended; its holder is private.
+    #[test]
+    fn a_skip_for_a_display_server_is_announced_once() {
+        let mut inv = laptop();
+        let hybrid = Choice::default();
+        let mut p = Push::new(&hybrid, &policy::plan(&inv, &hybrid).unwrap());
+        let integrated = Choice {
+            mode: Mode::Integrated,
+            ..Choice::default()
+        };
+        let holder = |pid: u32| crate::gpu::DisplayHolder {
+            comm: "gnome-shell".into(),
+            pid,
+            uid: 1000,
+        };
+        inv.gpus[1].display_holder = Some(holder(2210));
+        let plan = policy::plan(&inv, &integrated).unwrap();
+        let ev = vals(p.held(&inv, &integrated, &plan, true));
+        assert_eq!(ev.len(), 1, "{ev:?}");
+        assert_eq!(
+            ev[0],
+            serde_json::json!({"event": "held", "gpu": 1, "pci": "0000:01:00.0",
+                "mode": "integrated", "auto": true, "pid": 2210,
+                "comm": "gnome-shell", "uid": 1000})
+        );
+        // Re-planned with the same holder: nothing new.
+        assert!(p.held(&inv, &integrated, &plan, true).is_empty());
+        // Another display server holds it now: announced.
+        inv.gpus[1].display_holder = Some(holder(2300));
+        let plan = policy::plan(&inv, &integrated).unwrap();
+        let ev = vals(p.held(&inv, &integrated, &plan, true));
+        assert_eq!((ev.len(), ev[0]["pid"].clone()), (1, 2300.into()), "{ev:?}");
+        // It exits (the GPU is blocked), then one comes back: announced again.
+        inv.gpus[1].display_holder = None;
+        let plan = policy::plan(&inv, &integrated).unwrap();
+        assert!(p.held(&inv, &integrated, &plan, true).is_empty());
+        inv.gpus[1].display_holder = Some(holder(2300));
+        let plan = policy::plan(&inv, &integrated).unwrap();
+        let e = p.held(&inv, &integrated, &plan, false);
+        assert_eq!(e.len(), 1);
+        let stranger = e[0].clone().for_viewer(Viewer::user(1001)).to_value();
+        assert_eq!(
+            (
+                stranger["pid"].clone(),
+                stranger["comm"].clone(),
+                stranger["auto"].clone()
+            ),
+            (Value::Null, Value::Null, false.into())
+        );
+        assert_eq!(
+            e[0].clone().for_viewer(Viewer::user(1000)).to_value()["pid"],
+            2300
+        );
     }
 
     #[test]

@@ -347,7 +347,8 @@ fn rebind_if_gone(server: &mut Server) {
 
 /// Sends every subscriber what changed this turn (push.rs).
 fn announce(d: &mut Daemon, server: &mut Server) {
-    let all = d.push.take(&d.core);
+    let auto = d.auto.active(&d.core.config().auto);
+    let all = d.push.take(&d.core, auto);
     if server.subscribers() == 0 {
         return;
     }

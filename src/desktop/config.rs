@@ -6,7 +6,7 @@
 //!
 //! ```toml
 //! [notify]
-//! mode = true          # mode changes, manual and automatic
+//! mode = true          # mode changes, manual and automatic; a GPU left awake for a display server
 //! wake = true          # "the dGPU was woken by X"
 //! display = true       # "a monitor on a dGPU port: GPU unblocked"
 //! denied = false       # each program kept off the dGPU

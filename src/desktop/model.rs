@@ -577,6 +577,19 @@ pub fn describe(e: &Event) -> Option<(String, String)> {
                 )
             }),
         )),
+        Event::Held(v) => Some((
+            format!(
+                "{} left awake for the display server {}",
+                gpu(v.gpu),
+                who(&v.comm, v.pid.map(u64::from))
+            ),
+            format!(
+                "{} mode {} would block it, but that session would then offer a GPU its \
+                 programs cannot open; it is blocked when the display server exits",
+                if v.auto { "automation's" } else { "the" },
+                v.mode
+            ),
+        )),
         Event::Unknown => None,
     }
 }

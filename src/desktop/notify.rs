@@ -22,6 +22,8 @@ pub enum Kind {
     Display,
     Denied,
     Action,
+    /// A GPU left awake for a display server (switched with `mode`).
+    Held,
 }
 
 /// Which kind an event is, if it is one the user can be told about.
@@ -31,6 +33,7 @@ pub fn kind_of(e: &Event) -> Option<Kind> {
         Event::Wake(_) => Some(Kind::Wake),
         Event::Blocked(b) if b.reason == "display" && !b.blocked => Some(Kind::Display),
         Event::Denied(_) => Some(Kind::Denied),
+        Event::Held(_) => Some(Kind::Held),
         _ => None,
     }
 }
@@ -61,7 +64,7 @@ impl<S: FnMut(u32, &str, &str) -> Option<u32>> Notifier<S> {
 
     fn enabled(&self, k: Kind) -> bool {
         match k {
-            Kind::Mode => self.cfg.mode,
+            Kind::Mode | Kind::Held => self.cfg.mode,
             Kind::Wake => self.cfg.wake,
             Kind::Display => self.cfg.display,
             Kind::Denied => self.cfg.denied,

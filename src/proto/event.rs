@@ -29,6 +29,9 @@ pub enum Event {
     /// What gpuctl's power-off did to a blocked GPU changed (issue 19).
     #[serde(rename = "power_off")]
     PowerOff(PowerOffEvent),
+    /// The mode in force would block a GPU, but it was left alone because
+    /// a display server holds its card (issue 18).
+    Held(HeldEvent),
     /// An event this build does not know (a newer daemon's).
     #[serde(other)]
     Unknown,
@@ -46,6 +49,7 @@ impl Event {
             Event::Sleep(e) => Event::Sleep(e.for_viewer(viewer)),
             Event::Power(e) => Event::Power(e.for_viewer(viewer)),
             Event::PowerOff(e) => Event::PowerOff(e.for_viewer(viewer)),
+            Event::Held(e) => Event::Held(e.for_viewer(viewer)),
             Event::Unknown => Event::Unknown,
         }
     }
@@ -117,6 +121,52 @@ pub struct GrantEvent {
     pub gpus: Vec<u32>,
     /// `run` or `run --only`.
     pub how: String,
+}
+
+/// `{"event": "held", …}`: a GPU the mode in force would block was left
+/// alone because a display server holds its card (blocking it would leave
+/// that session offering a GPU its programs cannot open). Sent once when
+/// the skip begins, not at each re-plan; the GPU is blocked when the
+/// holder exits (a `blocked` event). The holder's pid, command and uid are
+/// `null` to a plain user other than its owner (as in `status`'s
+/// `held_by_display_server`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HeldEvent {
+    pub gpu: u32,
+    pub pci: Option<PciAddr>,
+    /// The mode in force.
+    pub mode: Mode,
+    /// Whether that mode is automation's (it skips such a GPU where a
+    /// user's request would be refused).
+    pub auto: bool,
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    pub uid: Option<u32>,
+}
+
+impl Redact for HeldEvent {
+    const PUBLIC: &'static [&'static str] = &["gpu", "pci", "mode", "auto"];
+    const PRIVATE: &'static [&'static str] = &["pid", "comm", "uid"];
+
+    fn visible_to(&self, viewer: Viewer) -> bool {
+        viewer.sees(self.uid)
+    }
+
+    fn redact(&mut self) {
+        let HeldEvent {
+            gpu: _,
+            pci: _,
+            mode: _,
+            auto: _,
+            pid,
+            comm,
+            uid,
+        } = self;
+        *pid = None;
+        *comm = None;
+        *uid = None;
+    }
 }
 
 /// `{"event": "sleep", …}`.

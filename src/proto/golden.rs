@@ -126,6 +126,7 @@ fn every_payload_and_event_is_documented() {
         Event::Sleep(SleepEvent::default()),
         Event::Power(PowerEvent::default()),
         Event::PowerOff(PowerOffEvent::default()),
+        Event::Held(HeldEvent::default()),
     ] {
         let v = e.to_value();
         let tag = v.get("event").and_then(Value::as_str).unwrap().to_string();
@@ -234,6 +235,7 @@ fn every_documented_key_has_a_privacy_decision() {
         ("sleep", check::<SleepEvent>),
         ("power", check::<PowerEvent>),
         ("power_off", check::<PowerOffEvent>),
+        ("held", check::<HeldEvent>),
     ];
     let mut seen: std::collections::BTreeMap<&str, (BTreeSet<String>, BTreeSet<&str>)> =
         Default::default();

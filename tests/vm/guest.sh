@@ -380,6 +380,20 @@ case $sm_rc:$sm_out in
     else
       skip "smart: gpuctl run" "no \`run\` subcommand in this build"
     fi
+    # `status` walks the grant map in the kernel (a syscall program, issue 21): a
+    # `gpuctl run` grant is listed by its pid (gpuctl execs the program in place).
+    gpuctl run -- sleep 5 &
+    gr_pid=$!
+    sleep 1
+    if gpuctl status --json >/tmp/status.json 2>&1 &&
+      awk '/^  "grants": \[/ { g = 1; next } g && /^  \]/ { g = 0 } g' /tmp/status.json |
+      grep -q "\"pid\": $gr_pid,"; then
+      pass "smart: status lists the gpuctl run grant (the kernel's walk of the grant map)"
+    else
+      fail "smart: status lists the gpuctl run grant" "pid $gr_pid not in: $(head -c 800 /tmp/status.json)"
+    fi
+    kill "$gr_pid" 2>/dev/null
+    wait "$gr_pid" 2>/dev/null
     opens "smart: plain process at the end" :: $C1="$EXPECT_ERRNO" $C0=ok
     set_mode "smart -> hybrid" 0 hybrid
     opens "hybrid after smart: every node opens" :: $C1=ok $R1=ok $C0=ok

@@ -37,7 +37,7 @@ pub(super) fn grant(
             }
             let max_grants = d.core.config().max_grants;
             d.grants
-                .grant_peer(&d.core.enforcer, max_grants, peer, &gpu, only)?;
+                .grant_peer(&mut d.core.enforcer, max_grants, peer, &gpu, only)?;
             let pid = peer.pid;
             d.push.grant(pid, peer.uid, &peer.comm, gpu.id, only);
             log!(

@@ -31,7 +31,8 @@ pub(super) fn list(d: &mut Daemon, viewer: Viewer) -> ListData {
 }
 
 pub(super) fn status(d: &mut Daemon, conn: &Conn) -> Result<StatusData, Rejection> {
-    let (grants, grants_hidden, grants_not_listed) = d.grants.view(&d.core.enforcer, viewer(conn));
+    let (grants, grants_hidden, grants_not_listed) =
+        d.grants.view(&mut d.core.enforcer, viewer(conn));
     let grants_full = d.core.enforcer.grants_full().unwrap_or(0);
     let max_grants = d.core.config().max_grants;
     let grant_share = Grants::share_view(&mut d.core.enforcer, max_grants);

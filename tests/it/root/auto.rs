@@ -579,3 +579,63 @@ fn leaving_smart_for_integrated_is_refused_while_a_display_server_holds_the_gpu(
     assert!(note.contains("weston (pid 4324)"), "{st}");
     env.stop();
 }
+
+/// Issue 18, F2: automation's mode skips a GPU because a display server
+/// holds it, and subscribers (`gpuctl events`, the tray) are told: one
+/// `held` event naming the GPU and the holder when the skip begins, none
+/// at a re-plan that keeps it (before, only `status` said it).
+#[test]
+#[ignore = "root"]
+fn events_say_once_that_automation_left_a_gpu_for_a_display_server() {
+    use std::io::BufRead;
+    root_test!();
+    let mut env = laptop(true, RULES);
+    let card = DevNode::new("held-event", DGPU_CARD.0, DGPU_CARD.1);
+    fake_holder(&env, 4324, "gnome-shell", &card);
+    env.start();
+    assert_eq!(mode(&env), "hybrid");
+    let mut ev = env.connect();
+    ev.write_all(b"{\"type\":\"events\"}\n").unwrap();
+    // One reader for the whole stream: events of one turn come in one read.
+    let mut lines = std::io::BufReader::new(ev.try_clone().unwrap());
+    let mut next = || {
+        let mut l = String::new();
+        lines.read_line(&mut l).expect("an event within 10 s");
+        serde_json::from_str::<serde_json::Value>(&l).unwrap_or_else(|e| panic!("{l:?}: {e}"))
+    };
+    assert_eq!(next()["ok"], true);
+
+    // Unplugged: the rule's integrated mode, the dGPU left for its holder.
+    set_ac(&env, false);
+    assert_eq!(env.json(&["auto"])["mode"], "integrated");
+    assert_eq!(env.open_errno(DGPU_CARD.0, DGPU_CARD.1), ENXIO, "skipped");
+    // A hardware change re-plans (the dGPU resumed): the skip stands.
+    env.machine.set_power("0000:01:00.0", "D0", "active");
+    let st = status_when(&env, |s| s["gpus"][1]["runtime_status"] == "active");
+    assert_eq!(st["held_by_display_server"][0]["pid"], 4324, "{st}");
+    // A manual choice ends the stream of this test.
+    ok(&env, &["set", "hybrid"]);
+    let mut got = Vec::new();
+    loop {
+        let e = next();
+        let last = e["event"] == "mode" && e["reason"] == "manual";
+        got.push(e);
+        if last {
+            break;
+        }
+    }
+    let held: Vec<&serde_json::Value> = got.iter().filter(|e| e["event"] == "held").collect();
+    assert_eq!(held.len(), 1, "one held event per skip: {got:#?}");
+    assert_eq!(
+        *held[0],
+        serde_json::json!({"event": "held", "gpu": 1, "pci": "0000:01:00.0",
+            "mode": "integrated", "auto": true, "pid": 4324, "comm": "gnome-shell", "uid": 0}),
+        "{got:#?}"
+    );
+    let log = env.stop();
+    // The re-plan happened (each one says the mode is not fully in force).
+    assert!(
+        log.matches("mode integrated is not fully in force").count() >= 2,
+        "{log}"
+    );
+}

@@ -217,9 +217,10 @@ fn inherited_grants_are_counted_per_uid_and_given_back_at_exit() {
     env.stop();
 }
 
-/// `status` reads the whole map however many entries it holds (in batches:
-/// a batch reader that stopped at the first short batch showed 1 023 of
-/// 8 191), lists 64 and counts the rest; root's forks are not limited.
+/// `status` counts the whole map however many entries it holds (a batch
+/// reader that stopped at the first short batch showed 1 023 of 8 191; the
+/// kernel's walk of issue 21 counts them all), lists 64 and counts the
+/// rest; root's forks are not limited.
 #[test]
 #[ignore = "root"]
 fn status_counts_every_grant_of_a_big_map() {
@@ -296,5 +297,87 @@ fn the_last_quarter_is_kept_for_uids_that_hold_few() {
     let late = row(60027);
     assert!(late["inherited"].as_u64().unwrap() <= 1, "{share}");
     assert!(late["refused"].as_u64().unwrap() >= 2, "{share}");
+    env.stop();
+}
+
+/// The per-uid cap of `gpuctl run` (256 for a plain user), counted by the
+/// kernel's walk of the grant map since issue 21 (before: a copy of the
+/// whole map on every `run`): the 256th grant is made, the 257th refused
+/// saying why, and a grant given back (its process exits) makes room.
+#[test]
+#[ignore = "root"]
+fn a_plain_users_run_grants_stop_at_the_cap() {
+    require_root(module_path!());
+    let _serial = one_at_a_time();
+    const RUNNER: u32 = 60013;
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::write(env.dir.join("gpuctl.toml"), "max_grants = 1024\n").unwrap();
+    env.start();
+    let out = env.gpuctl(&["set", "smart"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    // 256 `gpuctl run -- sleep` of the user's, from a shell that is not
+    // granted; one after the other (a user's connections are limited), each
+    // once the one before has exec'd its sleep (granted) or exited.
+    let script = format!(
+        "p=; i=0; while [ $i -lt 256 ]; do {BIN} run -- /bin/sleep 30 & p=\"$p $!\"; \
+         while [ -e /proc/$! ] && [ \"$(cat /proc/$!/comm 2>/dev/null)\" != sleep ]; do :; done; \
+         i=$((i+1)); done; echo started; read x; kill $p; wait"
+    );
+    let mut cmd = Command::new("/bin/sh");
+    cmd.env("GPUCTL_SOCKET", env.socket())
+        .env("GPUCTL_SYSFS_ROOT", env.machine.sysfs())
+        .args(["-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    as_user(&mut cmd, RUNNER);
+    let mut runs = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(runs.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "started");
+    let held = |env: &Env| {
+        let out = env.gpuctl_as(Some(RUNNER), &["status", "--json"]);
+        let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        s["grants"].as_array().unwrap().len() as u64 + s["grants_not_listed"].as_u64().unwrap()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while held(&env) < 256 {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 256 grants made",
+            held(&env)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = env.gpuctl_as(Some(RUNNER), &["run", "--", "/bin/true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "the 257th was granted: {}",
+        describe(&out)
+    );
+    assert!(
+        err.contains(&format!(
+            "uid {RUNNER} already holds 256 grants from `gpuctl run`"
+        )),
+        "{err}"
+    );
+    // Their processes exit: the kernel removes the entries, and the next is made.
+    stop(runs);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = env.gpuctl_as(Some(RUNNER), &["run", "--", "/bin/true"]);
+        if out.status.success() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still refused: {}",
+            describe(&out)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     env.stop();
 }

@@ -305,6 +305,46 @@ fn notifications_are_rate_limited_and_switchable() {
     assert_eq!(n.len(), 4, "{n:#?}");
 }
 
+/// Issue 18 F2: automation left a GPU awake for a display server (a
+/// `held` event): the tray says so once, naming the holder through the
+/// sanitizer (control characters shown escaped in the plain summary,
+/// markup escaped in the body the server renders).
+#[test]
+fn a_gpu_left_for_a_display_server_is_notified_with_its_name_escaped() {
+    let Some(s) = setup(
+        "a_gpu_left_for_a_display_server_is_notified_with_its_name_escaped",
+        QUIET,
+    ) else {
+        return;
+    };
+    s.fake
+        .push(json!({"event": "held", "gpu": 1, "pci": "0000:01:00.0",
+        "mode": "integrated", "auto": true, "pid": 7,
+        "comm": "<b>Xorg</b>\u{1b}]0;pwn\u{7}", "uid": 0}));
+    let n = s.session.wait_notes("the held notification", |n| {
+        n.iter().any(|x| x.summary.contains("left awake"))
+    });
+    let held: Vec<&Notification> = n
+        .iter()
+        .filter(|x| x.summary.contains("left awake"))
+        .collect();
+    assert_eq!(held.len(), 1, "{n:#?}");
+    assert_eq!(
+        held[0].summary,
+        "GPU 1 left awake for the display server <b>Xorg</b>\\x1b]0;pwn\\x07 (pid 7)"
+    );
+    assert!(
+        held[0]
+            .body
+            .starts_with("automation&#39;s mode integrated would block it"),
+        "{}",
+        held[0].body
+    );
+    assert!(held[0]
+        .body
+        .contains("blocked when the display server exits"));
+}
+
 #[test]
 fn survives_the_daemon_restarting() {
     let Some(mut s) = setup("survives_the_daemon_restarting", QUIET) else {
