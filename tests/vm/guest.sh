@@ -273,28 +273,46 @@ fi
 # nodes did not exist when the daemon planned, and the re-plan its uevent causes comes after
 # they exist. A program opening the card the moment it appears must still be denied
 # (the bug the booted Debian showed: DESIGN-NOTES "New nodes of a blocked GPU").
-if [ -e "/sys/bus/pci/drivers/virtio-pci/$VIRTIO" ]; then
-  echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/unbind
-  # Until the daemon has re-planned the unbound GPU (no nodes): from then on the plan
-  # names no number of it, as at a boot where the driver binds after the daemon starts.
-  i=0
+
+# unbound NAME ID...: waits until the daemon has re-planned GPUs ID... as having no card
+# (from then on the plan names no number of theirs, as at a boot where the drivers bind
+# after the daemon starts).
+unbound() {
+  ub_name=$1
+  shift
+  ub_want='' ub_got='' i=0
+  for id in "$@"; do ub_want="$ub_want null"; done
   while [ $i -lt 100 ]; do
     gpuctl list --json >/tmp/unbound.json 2>&1
-    [ "$(jgpu /tmp/unbound.json 1 card)" = null ] && break
+    ub_got=''
+    for id in "$@"; do ub_got="$ub_got $(jgpu /tmp/unbound.json "$id" card)"; done
+    [ "$ub_got" = "$ub_want" ] && break
     sleep 0.1
     i=$((i + 1))
   done
-  expect "integrated: the unbound offload GPU has no nodes" "$(jgpu /tmp/unbound.json 1 card)" null
+  expect "$ub_name" "$ub_got" "$ub_want"
+}
+
+# bind_offload NAME: binds the offload GPU's driver while an opener waits for card1 and
+# opens it the moment it exists: denied from that first open; then, once the re-plan has
+# named its nodes, blocked as before and the default GPU open.
+bind_offload() {
   /bin/vmopen --when-made $C1 >/tmp/race.out 2>&1 &
   race=$!
   echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/bind
   wait $race
-  expect "integrated: a node the blocked GPU's driver makes after the plan is denied from its first open" \
+  expect "integrated: $1: the blocked GPU's new node is denied from its first open" \
     "$(cat /tmp/race.out)" "$C1 $EXPECT_ERRNO"
   i=0
   while [ ! -e $R1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
   sleep 1
-  opens "integrated: after the rebind, the offload GPU blocked, default GPU open" :: $C1="$EXPECT_ERRNO" $R1="$EXPECT_ERRNO" $C0=ok
+  opens "integrated: $1: then the offload GPU blocked, default GPU open" :: $C1="$EXPECT_ERRNO" $R1="$EXPECT_ERRNO" $C0=ok
+}
+
+if [ -e "/sys/bus/pci/drivers/virtio-pci/$VIRTIO" ]; then
+  echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/unbind
+  unbound "integrated: the unbound offload GPU has no nodes" 1
+  bind_offload "a late driver"
   # Both drivers after the daemon (the usual boot: udev loads them while the units start):
   # the default GPU has no node yet either, so its first node is new too. The guard lets
   # each new node that is no blocked GPU's through on its uevent, before any discovery; the
@@ -302,14 +320,7 @@ if [ -e "/sys/bus/pci/drivers/virtio-pci/$VIRTIO" ]; then
   if [ -e "/sys/bus/pci/drivers/bochs-drm/$VGA" ]; then
     echo "$VGA" >/sys/bus/pci/drivers/bochs-drm/unbind
     echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/unbind
-    i=0
-    while [ $i -lt 100 ]; do
-      gpuctl list --json >/tmp/unbound.json 2>&1
-      [ "$(jgpu /tmp/unbound.json 0 card)" = null ] && [ "$(jgpu /tmp/unbound.json 1 card)" = null ] && break
-      sleep 0.1
-      i=$((i + 1))
-    done
-    expect "integrated: both GPUs unbound, no nodes" "$(jgpu /tmp/unbound.json 0 card) $(jgpu /tmp/unbound.json 1 card)" "null null"
+    unbound "integrated: both GPUs unbound, no nodes" 0 1
     t0=$(now_ms)
     echo "$VGA" >/sys/bus/pci/drivers/bochs-drm/bind
     # Its first opens, from the moment it exists: how often the guard denied it before
@@ -319,16 +330,7 @@ if [ -e "/sys/bus/pci/drivers/virtio-pci/$VIRTIO" ]; then
     while [ "$(/bin/vmopen $C0)" != "$C0 ok" ] && [ $i -lt 200 ]; do denied=$((denied + 1)); sleep 0.01; i=$((i + 1)); done
     t1=$(now_ms)
     expect "integrated: the default GPU's node made after the plan opens (first open: $(cat /tmp/first.out); $denied more denied; $((t1 - t0)) ms from its bind)" "$(/bin/vmopen $C0)" "$C0 ok"
-    /bin/vmopen --when-made $C1 >/tmp/race.out 2>&1 &
-    race=$!
-    echo "$VIRTIO" >/sys/bus/pci/drivers/virtio-pci/bind
-    wait $race
-    expect "integrated: with the default GPU's node new too, the blocked GPU's is denied from its first open" \
-      "$(cat /tmp/race.out)" "$C1 $EXPECT_ERRNO"
-    i=0
-    while [ ! -e $R1 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    sleep 1
-    opens "integrated: after both rebinds, the offload GPU blocked, default GPU open" :: $C1="$EXPECT_ERRNO" $R1="$EXPECT_ERRNO" $C0=ok
+    bind_offload "both drivers late"
     grep -E "new node|GPUs changed" "$daemon_log" | sed 's/^/daemon| /'
   else
     skip "both drivers bound after the plan" "no /sys/bus/pci/drivers/bochs-drm/$VGA"
