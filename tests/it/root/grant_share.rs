@@ -22,6 +22,24 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Root only: a smart-mode daemon of `intel_nvidia` with a grant map of
+/// `max_grants` entries, started while this test holds the others off
+/// (the guard is dropped after the daemon).
+fn smart_daemon(max_grants: u32) -> (std::sync::MutexGuard<'static, ()>, Env) {
+    require_root(module_path!());
+    let serial = one_at_a_time();
+    let mut env = Env::new(machine("intel_nvidia"));
+    std::fs::write(
+        env.dir.join("gpuctl.toml"),
+        format!("max_grants = {max_grants}\n"),
+    )
+    .unwrap();
+    env.start();
+    let out = env.gpuctl(&["set", "smart"]);
+    assert!(out.status.success(), "{}", describe(&out));
+    (serial, env)
+}
+
 /// The fork-bombing user, and the one who must still get grants.
 const ATTACKER: u32 = 60011;
 const VICTIM: u32 = 60012;
@@ -116,13 +134,7 @@ fn opens(out: &Output) -> (usize, usize) {
 #[test]
 #[ignore = "root"]
 fn one_users_fork_bomb_leaves_grants_for_the_others() {
-    require_root(module_path!());
-    let _serial = one_at_a_time();
-    let mut env = Env::new(machine("intel_nvidia"));
-    std::fs::write(env.dir.join("gpuctl.toml"), format!("max_grants = {MAP}\n")).unwrap();
-    env.start();
-    let out = env.gpuctl(&["set", "smart"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let (_serial, mut env) = smart_daemon(MAP);
     let node = env.mknod(226, 128);
     // Opened for writing by the plain victim (the harness's umask took w).
     std::fs::set_permissions(&node, std::os::unix::fs::PermissionsExt::from_mode(0o666)).unwrap();
@@ -169,13 +181,7 @@ fn one_users_fork_bomb_leaves_grants_for_the_others() {
 #[test]
 #[ignore = "root"]
 fn inherited_grants_are_counted_per_uid_and_given_back_at_exit() {
-    require_root(module_path!());
-    let _serial = one_at_a_time();
-    let mut env = Env::new(machine("intel_nvidia"));
-    std::fs::write(env.dir.join("gpuctl.toml"), format!("max_grants = {MAP}\n")).unwrap();
-    env.start();
-    let out = env.gpuctl(&["set", "smart"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let (_serial, mut env) = smart_daemon(MAP);
 
     let bomb = fork_bomb(&env);
     let out = env.gpuctl_as(Some(ATTACKER), &["status", "--json"]);
@@ -224,13 +230,7 @@ fn inherited_grants_are_counted_per_uid_and_given_back_at_exit() {
 #[test]
 #[ignore = "root"]
 fn status_counts_every_grant_of_a_big_map() {
-    require_root(module_path!());
-    let _serial = one_at_a_time();
-    let mut env = Env::new(machine("intel_nvidia"));
-    std::fs::write(env.dir.join("gpuctl.toml"), "max_grants = 2048\n").unwrap();
-    env.start();
-    let out = env.gpuctl(&["set", "smart"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let (_serial, mut env) = smart_daemon(2048);
     let n = 1500;
     let bomb = forker(&env, 0, n);
     let s = env.json(&["status"]);
@@ -257,13 +257,7 @@ fn status_counts_every_grant_of_a_big_map() {
 #[test]
 #[ignore = "root"]
 fn the_last_quarter_is_kept_for_uids_that_hold_few() {
-    require_root(module_path!());
-    let _serial = one_at_a_time();
-    let mut env = Env::new(machine("intel_nvidia"));
-    std::fs::write(env.dir.join("gpuctl.toml"), "max_grants = 128\n").unwrap();
-    env.start();
-    let out = env.gpuctl(&["set", "smart"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let (_serial, mut env) = smart_daemon(128);
     let greedy: Vec<Child> = (0..6).map(|i| forker(&env, 60021 + i, 20)).collect();
     let late = forker(&env, 60027, 3);
     let s = env.json(&["status"]);
@@ -307,14 +301,8 @@ fn the_last_quarter_is_kept_for_uids_that_hold_few() {
 #[test]
 #[ignore = "root"]
 fn a_plain_users_run_grants_stop_at_the_cap() {
-    require_root(module_path!());
-    let _serial = one_at_a_time();
     const RUNNER: u32 = 60013;
-    let mut env = Env::new(machine("intel_nvidia"));
-    std::fs::write(env.dir.join("gpuctl.toml"), "max_grants = 1024\n").unwrap();
-    env.start();
-    let out = env.gpuctl(&["set", "smart"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let (_serial, mut env) = smart_daemon(1024);
     // 256 `gpuctl run -- sleep` of the user's, from a shell that is not
     // granted; one after the other (a user's connections are limited), each
     // once the one before has exec'd its sleep (granted) or exited.

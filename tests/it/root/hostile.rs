@@ -1023,15 +1023,11 @@ fn the_socket_mode_is_set_at_bind_not_by_chmod() {
         &std::fs::metadata(env.socket()).unwrap().permissions(),
     );
     // Stop the daemon itself (strace's child; strace exits with it).
-    let mut s = UnixStream::connect(env.socket()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let pid = send(&mut s, r#"{"type":"ping"}"#)["data"]["pid"]
-        .as_i64()
-        .expect("the daemon's pid");
-    // SAFETY: plain kill(2) of the daemon this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let _ = daemon.wait();
-    let log = std::fs::read_to_string(&trace).unwrap();
+    let log = stop_traced(
+        UnixStream::connect(env.socket()).unwrap(),
+        &mut daemon,
+        &trace,
+    );
     assert_eq!(mode & 0o777, 0o666, "socket mode {mode:o}");
     let sock = env.socket().to_string_lossy().into_owned();
     assert!(
@@ -1077,15 +1073,7 @@ fn the_socket_path_appears_only_when_it_listens() {
     };
     drop(connect("start"));
     std::fs::remove_file(env.socket()).unwrap();
-    let mut s = connect("re-created");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let pid = send(&mut s, r#"{"type":"ping"}"#)["data"]["pid"]
-        .as_i64()
-        .expect("the daemon's pid");
-    // SAFETY: plain kill(2) of the daemon this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-    let _ = daemon.wait();
-    let log = std::fs::read_to_string(&trace).unwrap();
+    let log = stop_traced(connect("re-created"), &mut daemon, &trace);
     let sock = env.socket().to_string_lossy().into_owned();
     let binds: Vec<&str> = log.lines().filter(|l| l.contains("bind(")).collect();
     assert!(
@@ -1132,6 +1120,23 @@ fn traced_daemon(env: &Env, trace: &std::path::Path, filter: &str) -> std::proce
         .stderr(std::fs::File::create(env.dir.join("daemon.log")).unwrap())
         .spawn()
         .expect("strace (make deps installs it)")
+}
+
+/// Stops a [`traced_daemon`] through `s`, a connection to it (its pid from
+/// `ping`; strace exits with it), and returns the trace.
+fn stop_traced(
+    mut s: UnixStream,
+    daemon: &mut std::process::Child,
+    trace: &std::path::Path,
+) -> String {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let pid = send(&mut s, r#"{"type":"ping"}"#)["data"]["pid"]
+        .as_i64()
+        .expect("the daemon's pid");
+    // SAFETY: plain kill(2) of the daemon this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = daemon.wait();
+    std::fs::read_to_string(trace).unwrap()
 }
 
 /// Sends `line` in one `sendmsg(2)` with `fds` attached (SCM_RIGHTS) and
