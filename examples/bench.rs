@@ -553,13 +553,7 @@ impl Bench {
             .stderr(log)
             .spawn()
             .context("starting bench/ready")?;
-        for _ in 0..2500 {
-            if report.exists() || !matches!(ready.try_wait(), Ok(None)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let line = fs::read_to_string(&report).unwrap_or_default();
+        let line = wait_report(&report, &mut ready, 2500, Duration::from_millis(10));
         let line = line.trim();
         let pid = kv(line, "pid").and_then(|p| p.parse().ok());
         let Some(pid) = pid else {
@@ -1832,13 +1826,7 @@ impl Bench {
             .stdin(Stdio::null())
             .spawn()
             .context("starting bench/minload")?;
-        for _ in 0..2000 {
-            if report.exists() || !matches!(child.try_wait(), Ok(None)) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let line = fs::read_to_string(&report).unwrap_or_default();
+        let line = wait_report(&report, &mut child, 2000, Duration::from_millis(5));
         let pid = kv(line.trim(), "pid").and_then(|p| p.parse::<i32>().ok());
         let target = pid.unwrap_or(child.id() as i32);
         let _ = nix::sys::signal::kill(
@@ -2612,4 +2600,16 @@ impl Results {
             if cs == 0 { "ok" } else { "MISS" },
         );
     }
+}
+
+/// Waits (at most `tries` × `step`) until a harness wrote its `report` file
+/// or exited, and returns the report ("" if none).
+fn wait_report(report: &Path, child: &mut Child, tries: u32, step: Duration) -> String {
+    for _ in 0..tries {
+        if report.exists() || !matches!(child.try_wait(), Ok(None)) {
+            break;
+        }
+        std::thread::sleep(step);
+    }
+    fs::read_to_string(report).unwrap_or_default()
 }
