@@ -1462,11 +1462,9 @@ impl Bench {
         Ok(())
     }
 
-    /// g. the limits (issue 21), each figure beside what it is measured
-    /// against, in interleaved rounds; with BENCH_BASELINE, the same rounds
-    /// also run that binary's daemon and CLI (before/after in one run).
-    fn limits(&mut self, r: &mut Results) -> Result<()> {
-        progress("limits: uevents, get vs a C client, set integrated with extra processes");
+    /// The binaries a before/after phase measures: this one (also returned
+    /// alone), and with BENCH_BASELINE a copy of that one in the run's dir.
+    fn measured_bins(&self) -> Result<(PathBuf, Vec<(String, PathBuf)>)> {
         let this = self.bin.clone();
         let mut bins = vec![("this".to_string(), this.clone())];
         if let Some(b) = &self.cfg.baseline {
@@ -1474,6 +1472,15 @@ impl Bench {
             fs::copy(b, &copy).context("copying the baseline binary")?;
             bins.push(("baseline".to_string(), copy));
         }
+        Ok((this, bins))
+    }
+
+    /// g. the limits (issue 21), each figure beside what it is measured
+    /// against, in interleaved rounds; with BENCH_BASELINE, the same rounds
+    /// also run that binary's daemon and CLI (before/after in one run).
+    fn limits(&mut self, r: &mut Results) -> Result<()> {
+        progress("limits: uevents, get vs a C client, set integrated with extra processes");
+        let (this, bins) = self.measured_bins()?;
         // A real PCI device's uevent file: `change` on it is a real kernel
         // pci uevent (the daemon re-reads the fixture's GPUs for it).
         r.burst_dev = fs::read_dir("/sys/bus/pci/devices")
@@ -1599,13 +1606,7 @@ impl Bench {
     /// grant, its exit removes it). With BENCH_BASELINE, both binaries.
     fn grant_map(&mut self, r: &mut Results) -> Result<()> {
         progress("grant map: status with an empty and a full map, hook costs");
-        let this = self.bin.clone();
-        let mut bins = vec![("this".to_string(), this.clone())];
-        if let Some(b) = &self.cfg.baseline {
-            let copy = self.work.join("gpuctl-baseline");
-            fs::copy(b, &copy).context("copying the baseline binary")?;
-            bins.push(("baseline".to_string(), copy));
-        }
+        let (this, bins) = self.measured_bins()?;
         let me = std::env::current_exe().context("the bench's own path")?;
         let fill_n = knob("BENCH_GRANTS", 8192)?;
         // (status, get) medians, alternated in chunks of 5.
@@ -1849,13 +1850,7 @@ impl Bench {
             r.boot_missing = Some(format!("{e:#}"));
             return Ok(());
         }
-        let this = self.bin.clone();
-        let mut bins = vec![("this".to_string(), this.clone())];
-        if let Some(b) = &self.cfg.baseline {
-            let copy = self.work.join("gpuctl-baseline");
-            fs::copy(b, &copy).context("copying the baseline binary")?;
-            bins.push(("baseline".to_string(), copy));
-        }
+        let (this, bins) = self.measured_bins()?;
         let busy_case = format!("integrated, {} busy loops", self.cfg.busy);
         for round in 0..self.cfg.boot_rounds {
             for (case, mode, busy) in [
