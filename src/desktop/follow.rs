@@ -50,6 +50,19 @@ pub fn spawn(socket: PathBuf, tx: Sender<Msg>) {
                 let exe = exe_of(&e);
                 tx.send(Msg::Event(Box::new(e), exe)).map_err(|_| stop())
             });
+            // A daemon that stops with our request unread resets the
+            // connection instead of closing it: the same news as an end.
+            let res = match res {
+                Err(ClientError::Io(e))
+                    if e.chain().any(|c| {
+                        c.downcast_ref::<std::io::Error>()
+                            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionReset)
+                    }) =>
+                {
+                    Ok(())
+                }
+                r => r,
+            };
             let why = match res {
                 // The stream ended: try once at once (a restarted daemon
                 // may already listen); if not, what connect says is the news.
