@@ -300,15 +300,36 @@ static __always_inline __u32 task_session(struct task_struct *task)
 	return GPUCTL_NO_SESSION;
 }
 
+/*
+ * The active session of each seat, as logind says (`ACTIVE=` in its seat
+ * files under /run/systemd/seats, the audit session id), written by the daemon when
+ * a seat's file changes; 0 in an unused slot (audit session ids start at 1).
+ */
+__u32 seat_sessions[GPUCTL_MAX_SEATS] = {};
+
 struct session_scan {
 	__u32 bit;
 	bool found;
 };
 
+/* Whether `session` is in front of a seat now. */
+static __always_inline bool session_active(__u32 session)
+{
+	int i;
+
+#pragma unroll
+	for (i = 0; i < GPUCTL_MAX_SEATS; i++) {
+		if (seat_sessions[i] == session)
+			return true;
+	}
+	return false;
+}
+
 static long session_grant_cb(struct bpf_map *map, __u32 *tgid, struct grant *g,
 			     struct session_scan *scan)
 {
-	if ((g->gpus & scan->bit) && g->session != GPUCTL_NO_SESSION) {
+	if ((g->gpus & scan->bit) && g->session != GPUCTL_NO_SESSION && g->session != 0 &&
+	    session_active(g->session)) {
 		scan->found = true;
 		return 1;
 	}
@@ -318,9 +339,11 @@ static long session_grant_cb(struct bpf_map *map, __u32 *tgid, struct grant *g,
 /*
  * logind opens a GPU's node for a compositor (TakeDevice) in its own
  * context: the kernel cannot tell which session the open serves. It is let
- * through, in smart mode only, while some process in a login session holds
- * a grant for that GPU (docs/DESIGN-NOTES.md, issue 22). Scans `grants`,
- * but only for logind's opens of a blocked node (a few per session start).
+ * through, in smart mode only, while a process of a seat's active session
+ * holds a grant for that GPU (docs/DESIGN-NOTES.md, issue 22): the session
+ * in front of the screen is the one whose compositor takes the card. Scans
+ * `grants`, but only for logind's opens of a blocked node (a few per
+ * session start).
  */
 static __always_inline bool logind_for_granted_session(const struct dev_rule *rule)
 {

@@ -69,8 +69,8 @@ enum {
 	GPUCTL_SVC_UDEV = 1,
 	/*
 	 * systemd-logind: may open a blocked GPU's nodes in smart mode while a
-	 * process in a login (audit) session holds a grant for that GPU
-	 * (compositors open the card through logind's TakeDevice).
+	 * process of a seat's active login (audit) session holds a grant for
+	 * that GPU (compositors open the card through logind's TakeDevice).
 	 */
 	GPUCTL_SVC_LOGIND = 2,
 };
@@ -79,6 +79,8 @@ enum {
 #define GPUCTL_MAX_SERVICES 16
 /* The audit session id of a task in no login session. */
 #define GPUCTL_NO_SESSION 0xffffffffU
+/* Seats whose active session logind's opens may serve (`seat_sessions`). */
+#define GPUCTL_MAX_SEATS 8
 
 /* grant.how */
 enum {

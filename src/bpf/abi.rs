@@ -67,6 +67,9 @@ const GRANT_KERNEL: u16 = 2;
 pub const LIST_ALL: u32 = 0xffff_ffff;
 /// `grant.session` of a process in no login session (`GPUCTL_NO_SESSION`).
 pub const NO_SESSION: u32 = 0xffff_ffff;
+/// Slots of `seat_sessions` (`GPUCTL_MAX_SEATS`): seats whose active
+/// session logind's opens may serve.
+pub const MAX_SEATS: usize = 8;
 
 /// `services` values: `GPUCTL_SVC_UDEV`, `GPUCTL_SVC_LOGIND`.
 pub const SVC_UDEV: u32 = 1;
@@ -449,6 +452,7 @@ mod tests {
                 crate::gpu::NVIDIA_MAJOR as usize,
             ),
             (gpuctl, "GPUCTL_ENV_KEY_LEN", ENV_KEY_LEN),
+            (gpuctl, "GPUCTL_MAX_SEATS", MAX_SEATS),
             (
                 gpuctl,
                 "GPUCTL_GRANTS_LISTED",

@@ -772,6 +772,20 @@ impl Enforcer {
         self.set_cfg_bit(SMART_ENV, on)
     }
 
+    /// The seats' active login sessions (audit session ids, at most
+    /// [`abi::MAX_SEATS`]; the rest are dropped): logind's open of a blocked
+    /// GPU's node is let through only for a grant held in one of them.
+    pub fn set_seat_sessions(&mut self, sessions: &[u32]) -> Result<()> {
+        let bss = self.bss()?;
+        for (i, slot) in bss.seat_sessions.iter_mut().enumerate() {
+            let v = sessions.get(i).copied().unwrap_or(0);
+            // SAFETY: each slot is a valid, aligned u32 in the mmap'ed .bss;
+            // a volatile store makes the write visible to the kernel now.
+            unsafe { std::ptr::write_volatile(slot, v) };
+        }
+        Ok(())
+    }
+
     /// Grants that could not be stored because the map was full.
     pub fn grants_full(&mut self) -> Result<u64> {
         let bss = self.bss()?;

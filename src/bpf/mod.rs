@@ -14,7 +14,7 @@ mod enforcer;
 pub mod power;
 mod share;
 
-pub use abi::MAX_GPUS;
+pub use abi::{MAX_GPUS, MAX_SEATS};
 pub use enforcer::{
     init_logging, Backend, DenyEvent, Enforcer, Grant, GrantHow, KernelHolder, LogLevel, Options,
     Preload, Service,

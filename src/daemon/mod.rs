@@ -112,6 +112,8 @@ struct Daemon {
     config_path: PathBuf,
     /// `/run` (logind's state files: the seat's user may change).
     run_root: PathBuf,
+    /// The seats' active login sessions, kept in the kernel for logind.
+    seats: seat::ActiveSessions,
     started: Instant,
     /// When the inventory was last re-read for a read request.
     refreshed: Option<Instant>,

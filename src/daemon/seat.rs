@@ -19,10 +19,22 @@
 //! that gives an offload GPU to another seat is not handled; the group
 //! still works there). Config key `seat_may_change` (default true) turns
 //! this off.
+//!
+//! The same files say which login sessions are in front of a seat now
+//! ([`ActiveSessions`]): logind opens a blocked GPU's card for a compositor
+//! (`TakeDevice`) only while a process of such a session holds a grant for
+//! that GPU. The kernel keeps them (`seat_sessions`), updated by inotify
+//! when logind rewrites a seat's file (a login, a VT switch, a logout).
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use anyhow::{Context, Result};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
+
+use super::log::log;
+use crate::bpf::{Enforcer, MAX_SEATS};
 use crate::safefile;
 
 /// The seat whose active user may switch.
@@ -129,6 +141,157 @@ pub fn is_seat_user(run: &Path, uid: u32) -> bool {
     check(run, uid).is_ok()
 }
 
+/// Where logind describes its seats, under the run root.
+const SEATS: &str = "systemd/seats";
+
+/// The active session of every seat logind describes under `run`, as the
+/// audit session ids they are (logind names a session by its audit
+/// session id where the kernel has audit), in the order of the seats'
+/// names, at most [`MAX_SEATS`]. A seat with no active session, one whose
+/// session is not named by an audit id (`c1`: no audit, so no grant can
+/// carry it), or whose file is not root's alone adds nothing. `Err` when
+/// the directory cannot be read (no logind, or not running yet).
+pub fn active_sessions(run: &Path) -> Result<Vec<u32>, No> {
+    let dir = run.join(SEATS);
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| No::Missing(format!("{}: {e}", dir.display())))?;
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        // logind writes `.#seat0…` and renames it over `seat0`.
+        .filter(|n| !n.starts_with('.'))
+        .collect();
+    names.sort();
+    let mut ids = Vec::new();
+    for name in names {
+        let seat = match read_state(run, &format!("{SEATS}/{name}")) {
+            Ok(kv) => kv,
+            Err(No::NotRoots(why)) => {
+                log!("seat {name} ignored: {why}");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        let id = get(&seat, "ACTIVE").and_then(|s| s.parse::<u32>().ok());
+        if let Some(id) = id.filter(|&id| id != 0 && id != u32::MAX) {
+            if !ids.contains(&id) && ids.len() < MAX_SEATS {
+                ids.push(id);
+            }
+        }
+    }
+    Ok(ids)
+}
+
+/// The seats' active sessions, kept in the kernel for logind's opens
+/// (`seat_sessions`): read at start and again when a seat's file changes.
+/// Until the seats' directory exists (logind starts after gpuctl at boot),
+/// its parent is watched for it to appear; until then no session is
+/// active, so logind's open of a blocked node is refused.
+pub struct ActiveSessions {
+    run: PathBuf,
+    inotify: Inotify,
+    /// The directory watched: the seats' own, or an ancestor waiting for it.
+    watch: Option<(WatchDescriptor, PathBuf)>,
+    /// What the kernel holds now.
+    ids: Vec<u32>,
+}
+
+impl ActiveSessions {
+    pub fn new(run: &Path) -> Result<ActiveSessions> {
+        Ok(ActiveSessions {
+            run: run.to_path_buf(),
+            inotify: Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
+                .context("creating the inotify instance for logind's seats")?,
+            watch: None,
+            ids: Vec::new(),
+        })
+    }
+
+    /// The inotify fd, for the poll set.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+
+    /// Watches the seats' directory, or the nearest ancestor under the run
+    /// root that exists, for the directory to appear.
+    fn rewatch(&mut self) {
+        let seats = self.run.join(SEATS);
+        let candidates = [seats.clone(), self.run.join("systemd"), self.run.clone()];
+        for dir in candidates {
+            if self.watch.as_ref().is_some_and(|(_, d)| *d == dir) {
+                return;
+            }
+            let mask = if dir == seats {
+                AddWatchFlags::IN_MOVED_TO
+                    | AddWatchFlags::IN_CLOSE_WRITE
+                    | AddWatchFlags::IN_CREATE
+                    | AddWatchFlags::IN_DELETE
+                    | AddWatchFlags::IN_MOVED_FROM
+            } else {
+                AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO
+            };
+            let mask = mask | AddWatchFlags::IN_DELETE_SELF | AddWatchFlags::IN_MOVE_SELF;
+            if let Ok(wd) = self.inotify.add_watch(&dir, mask) {
+                if let Some((old, _)) = self.watch.take() {
+                    let _ = self.inotify.rm_watch(old);
+                }
+                self.watch = Some((wd, dir));
+                return;
+            }
+        }
+    }
+
+    /// Re-reads the seats and gives the kernel their active sessions.
+    pub fn sync(&mut self, enforcer: &mut Enforcer) {
+        self.rewatch();
+        let ids = active_sessions(&self.run).unwrap_or_default();
+        if ids == self.ids {
+            return;
+        }
+        match enforcer.set_seat_sessions(&ids) {
+            Ok(()) => {
+                log!(
+                    "seats' active login session(s): {}",
+                    if ids.is_empty() {
+                        "none".to_string()
+                    } else {
+                        ids.iter()
+                            .map(u32::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    }
+                );
+                self.ids = ids;
+            }
+            Err(e) => log!("{e:#}"),
+        }
+    }
+
+    /// Reads what changed; re-reads the seats if a seat's file (not one of
+    /// logind's temporary files) or a watched directory changed.
+    pub fn on_event(&mut self, enforcer: &mut Enforcer) {
+        let Ok(events) = self.inotify.read_events() else {
+            return;
+        };
+        let mut changed = false;
+        for ev in events {
+            if ev.mask.contains(AddWatchFlags::IN_IGNORED)
+                && self.watch.as_ref().is_some_and(|(wd, _)| *wd == ev.wd)
+            {
+                // The watched directory went away: watch an ancestor.
+                self.watch = None;
+            }
+            changed |= ev
+                .name
+                .as_ref()
+                .is_none_or(|n| !n.as_encoded_bytes().starts_with(b"."));
+        }
+        if changed {
+            self.sync(enforcer);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +347,32 @@ mod tests {
         assert!(matches!(check(&run, 1000), Err(No::NotThem(_))));
         std::fs::write(run.join("systemd/seats/seat0"), "ACTIVE_UID=1000\n").unwrap();
         assert!(matches!(check(&run, 1000), Err(No::NotThem(_))));
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn active_sessions_are_each_seats_audit_id() {
+        let d = fixture("ACTIVE=7\nACTIVE_UID=1000\n", LOCAL);
+        let seats = d.join("systemd/seats");
+        std::fs::write(seats.join("seat1"), "ACTIVE=c2\n").unwrap();
+        std::fs::write(seats.join("seat2"), "ACTIVE=\n").unwrap();
+        std::fs::write(seats.join("seat3"), "ACTIVE=9\n").unwrap();
+        std::fs::write(seats.join("seat4"), "ACTIVE=7\n").unwrap();
+        std::fs::write(seats.join("seat5"), "ACTIVE=4294967295\n").unwrap();
+        // logind's temporary file, not renamed over a seat's yet.
+        std::fs::write(seats.join(".#seat0abc"), "ACTIVE=11\n").unwrap();
+        // SAFETY: geteuid has no preconditions.
+        let want: Vec<u32> = if unsafe { libc::geteuid() } == 0 {
+            vec![7, 9]
+        } else {
+            // Files a plain user made are not root's: no seat counts.
+            vec![]
+        };
+        assert_eq!(active_sessions(&d), Ok(want));
+        assert!(matches!(
+            active_sessions(&d.join("nowhere")),
+            Err(No::Missing(_))
+        ));
         let _ = std::fs::remove_dir_all(&d);
     }
 }

@@ -35,6 +35,8 @@ enum Src {
     Reload,
     /// App rules' directories and the socket's directory.
     Inotify,
+    /// logind's seats (which sessions are in front of a seat).
+    Seats,
     /// Kernel uevents (hot plug, drivers, power supply).
     Uevent,
     /// The resume / clock-set timerfd.
@@ -118,6 +120,7 @@ fn wait(
     set.push((Src::Stop, input(sigs.stop.as_fd())));
     set.push((Src::Reload, input(sigs.reload.as_fd())));
     set.push((Src::Inotify, input(d.apps.fd())));
+    set.push((Src::Seats, input(d.seats.fd())));
     if let Some(u) = &d.uevents {
         set.push((Src::Uevent, input(u.as_fd())));
     }
@@ -244,6 +247,7 @@ fn on_ready(
                 d.apps.load_services(&mut d.core);
             }
         }
+        Src::Seats => d.seats.on_event(&mut d.core.enforcer),
         Src::Uevent => {
             let k = d.uevents.as_ref().map(|u| u.drain()).unwrap_or_default();
             // Before the re-plan (and its discovery): what the guard holds
@@ -316,8 +320,8 @@ fn denial_why(mode: crate::policy::Mode, e: &crate::bpf::DenyEvent) -> String {
     match (mode, logind) {
         (crate::policy::Mode::Smart, true) => format!(
             "gpuctl refused GPU {g} to a compositor (logind opened it for TakeDevice): no \
-             process of a login session holds a grant for GPU {g}; start the compositor \
-             with `gpuctl run`"
+             process of the session in front of the seat holds a grant for GPU {g}; start \
+             the compositor with `gpuctl run` in that session"
         ),
         (crate::policy::Mode::Smart, false) => format!(
             "gpuctl refused GPU {g}: smart mode, and the program holds no grant for it \

@@ -91,6 +91,7 @@ impl Daemon {
             burst: uevent::Coalesce::default(),
             config_path: opts.config.clone(),
             run_root: opts.run_root.clone(),
+            seats: super::seat::ActiveSessions::new(&opts.run_root)?,
             started: Instant::now(),
             refreshed: None,
             who_scans: super::holders::Scans::default(),
@@ -112,6 +113,7 @@ impl Daemon {
         d.core.enforcer.set_env_grants(env_grants)?;
         d.sync_power();
         d.apps.load_services(&mut d.core);
+        d.seats.sync(&mut d.core.enforcer);
         d.apps.load(&mut d.core);
         // The automatic rules pick the mode from the power source now: the
         // rules' mode becomes the choice before the first apply, so it is

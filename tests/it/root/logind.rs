@@ -1,10 +1,14 @@
 //! Tier 2: a compositor's card, opened by logind (`TakeDevice`) on behalf of
-//! a granted session (issue 22). logind is recognised by the kernel's
-//! identity of its executable: here a copy of `sh` the daemon is told is
-//! systemd-logind (`--logind`), so each check is a real open(2) by "logind"
-//! in the test cgroup (cgroup backend).
+//! a granted session in front of a seat (issue 22). logind is recognised by
+//! the kernel's identity of its executable: here a copy of `sh` the daemon
+//! is told is systemd-logind (`--logind`), so each check is a real open(2)
+//! by "logind" in the test cgroup (cgroup backend). Which session is in
+//! front of the seat comes from a fixture of logind's seat files
+//! (`GPUCTL_RUN_ROOT`), written as logind writes them (a temporary file
+//! renamed over the seat's).
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -65,13 +69,65 @@ fn granted_in_new_session(env: &Env) -> Option<Child> {
 
 /// Waits until "logind" opens `node` (the grant is in), or 10 s.
 fn wait_opened(env: &Env, logind: &str, node: &str) -> i32 {
+    wait_open_is(env, logind, node, ENXIO)
+}
+
+/// Waits until "logind"'s open of `node` gives `want`, or 10 s; what it gave last.
+fn wait_open_is(env: &Env, logind: &str, node: &str, want: i32) -> i32 {
     let t0 = Instant::now();
     loop {
         let r = open_as(env, logind, node);
-        if r != EPERM || t0.elapsed() > Duration::from_secs(10) {
+        if r == want || t0.elapsed() > Duration::from_secs(10) {
             return r;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The fixture run root for logind's seat files (the daemon's `GPUCTL_RUN_ROOT`),
+/// with `systemd/` only: the seats' directory appears later, as at boot.
+fn run_root(env: &mut Env) -> PathBuf {
+    let run = env.dir.join("run");
+    std::fs::create_dir_all(run.join("systemd")).unwrap();
+    for d in [&run, &run.join("systemd")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    env.extra_env
+        .push(("GPUCTL_RUN_ROOT".into(), run.to_string_lossy().into_owned()));
+    run
+}
+
+/// Writes `seat`'s file as logind does (a temporary file renamed over it),
+/// saying `active` is the session in front of it ("" for none).
+fn seat(run: &Path, seat: &str, active: &str) {
+    let dir = run.join("systemd/seats");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let tmp = dir.join(format!(".#{seat}Xy12z"));
+    std::fs::write(
+        &tmp,
+        format!("# This is private data. Do not parse.\nIS_SEAT0=1\nCAN_MULTI_SESSION=1\nACTIVE={active}\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::rename(&tmp, dir.join(seat)).unwrap();
+}
+
+/// The audit session id of `pid` once it has left ours (it writes its
+/// loginuid first), or panics after 5 s.
+fn session_of(pid: u32) -> String {
+    let ours = std::fs::read_to_string("/proc/self/sessionid").unwrap();
+    let t0 = Instant::now();
+    loop {
+        let theirs = std::fs::read_to_string(format!("/proc/{pid}/sessionid")).unwrap_or_default();
+        if !theirs.is_empty() && theirs != ours {
+            return theirs.trim().to_string();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "pid {pid} started no new session"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -85,6 +141,7 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
     std::fs::set_permissions(&logind, std::fs::Permissions::from_mode(0o755)).unwrap();
     let logind = logind.to_string_lossy().into_owned();
     env.extra_daemon_args = vec!["--logind".into(), logind.clone()];
+    let run = run_root(&mut env);
     env.start();
     // Only this test's grants: another test's `gpuctl run` child carries
     // DRI_PRIME strings this daemon's exec hook would grant too.
@@ -103,11 +160,59 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
         eprintln!("skipped: /proc/self/loginuid cannot be written here (no new session)");
         return;
     };
+    let session = session_of(granted.id());
+    // The grant is in before the seat says anything.
+    let t0 = Instant::now();
+    while env.json(&["status"])["grants"]
+        .as_array()
+        .map_or(0, Vec::len)
+        == 0
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no grant listed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        open_as(&env, &logind, &dgpu),
+        EPERM,
+        "a granted session that no seat has in front (logind not started yet): refused"
+    );
+    // logind starts: its seats' directory appears, seat0 with no session yet.
+    seat(&run, "seat0", "");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        open_as(&env, &logind, &dgpu),
+        EPERM,
+        "a granted session that is not the seat's active one: refused"
+    );
+    seat(&run, "seat0", &session);
     assert_eq!(
         wait_opened(&env, &logind, &dgpu),
         ENXIO,
-        "a process of a login session holds a grant: logind opens the card for it"
+        "the seat's active session holds a grant: logind opens the card for it"
     );
+    // Another session comes to the front (a VT switch): its compositor
+    // would get the card on this session's grant.
+    seat(&run, "seat0", "4000000");
+    assert_eq!(
+        wait_open_is(&env, &logind, &dgpu, EPERM),
+        EPERM,
+        "another session in front of the seat: refused"
+    );
+    // The granted session in front of a second seat counts too.
+    seat(&run, "seat1", &session);
+    assert_eq!(
+        wait_opened(&env, &logind, &dgpu),
+        ENXIO,
+        "in front of seat1"
+    );
+    std::fs::remove_file(run.join("systemd/seats/seat1")).unwrap();
+    assert_eq!(
+        wait_open_is(&env, &logind, &dgpu, EPERM),
+        EPERM,
+        "seat1 gone: refused"
+    );
+    seat(&run, "seat0", &session);
+    assert_eq!(wait_opened(&env, &logind, &dgpu), ENXIO, "in front again");
     assert_eq!(
         open_as(&env, "/bin/sh", &dgpu),
         EPERM,
@@ -151,8 +256,9 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
-    // Integrated, with a granted session alive: nothing is grantable.
+    // Integrated, with a granted session alive and in front: nothing is grantable.
     let mut granted = granted_in_new_session(&env).unwrap();
+    seat(&run, "seat0", &session_of(granted.id()));
     assert_eq!(wait_opened(&env, &logind, &dgpu), ENXIO, "granted again");
     let out = env.gpuctl(&["set", "integrated"]);
     assert!(out.status.success(), "{}", describe(&out));
