@@ -131,9 +131,10 @@ fn session_of(pid: u32) -> String {
     }
 }
 
-#[test]
-#[ignore = "root"]
-fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
+/// A smart-mode daemon told that a copy of `sh` is systemd-logind, with a
+/// fixture run root for logind's seat files (no seats yet), environment
+/// grants off; with that copy's path and the run root.
+fn logind_daemon() -> (Env, String, PathBuf) {
     require_root(module_path!());
     let mut env = Env::new(machine("intel_nvidia"));
     let logind = env.dir.join("systemd-logind");
@@ -149,6 +150,13 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
     assert!(out.status.success(), "{}", describe(&out));
     let out = env.gpuctl(&["set", "smart"]);
     assert!(out.status.success(), "{}", describe(&out));
+    (env, logind, run)
+}
+
+#[test]
+#[ignore = "root"]
+fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
+    let (env, logind, run) = logind_daemon();
     let dgpu = env.mknod(226, 0).to_string_lossy().into_owned();
 
     assert_eq!(
@@ -272,20 +280,7 @@ fn logind_opens_the_card_only_for_a_granted_session_in_smart_mode() {
 #[test]
 #[ignore = "root"]
 fn events_say_logind_was_refused_for_a_compositor() {
-    require_root(module_path!());
-    let mut env = Env::new(machine("intel_nvidia"));
-    let logind = env.dir.join("systemd-logind");
-    std::fs::copy("/bin/sh", &logind).unwrap();
-    std::fs::set_permissions(&logind, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let logind = logind.to_string_lossy().into_owned();
-    env.extra_daemon_args = vec!["--logind".into(), logind.clone()];
-    env.start();
-    // Only this test's grants: another test's `gpuctl run` child carries
-    // DRI_PRIME strings this daemon's exec hook would grant too.
-    let out = env.gpuctl(&["config", "env_grants", "false"]);
-    assert!(out.status.success(), "{}", describe(&out));
-    let out = env.gpuctl(&["set", "smart"]);
-    assert!(out.status.success(), "{}", describe(&out));
+    let (env, logind, _run) = logind_daemon();
     let dgpu = env.mknod(226, 129).to_string_lossy().into_owned();
     let mut child = Command::new(BIN)
         .env("GPUCTL_SOCKET", env.socket())
