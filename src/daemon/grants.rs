@@ -13,8 +13,10 @@
 //!   last thread exits, so the map holds live processes' grants. Nothing on
 //!   a request's path reads `/proc` per grant (issue 21): the kernel walks
 //!   the map for `status` and hands back only the grants it lists (the
-//!   lowest pids the caller may see) and the counts; `status` names
-//!   (`comm`) only those.
+//!   lowest pids the caller may see) and the counts, each grant with its
+//!   holder's name (`comm`, as of its last exec or fork: the hooks write it,
+//!   the daemon from `/proc/<pid>/stat` when it grants); and only when the
+//!   map changed since the last walk ([`Enforcer::grant_list`]).
 //! - **Sweep**: an entry the daemon made (`run`, a restore) whose process
 //!   exited before it was written is left behind; such entries are removed
 //!   when a `run` finds the map full or its uid at its cap (at most once a
