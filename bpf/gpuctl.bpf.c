@@ -67,6 +67,14 @@ __u64 grants_full = 0;
 __u64 grants_kernel = 0;
 /* Grants refused because their uid held its share (the process was denied). */
 __u64 grants_over_share = 0;
+/*
+ * The grant map's generation (issue 21): every change a hook makes to
+ * `grants` (an entry stored, removed, or renamed at exec) adds one, with an
+ * atomic add after the change. The daemon reads it before it walks the map
+ * for `status` and keeps that walk's result until it moves (its own writes
+ * to the map it tracks itself): a request when nothing changed walks nothing.
+ */
+__u64 grants_gen = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -270,6 +278,22 @@ static __always_inline void emit_denied(struct task_struct *task, __u32 gpu, __u
 	e->svc = current_service();
 	BPF_CORE_READ_STR_INTO(&e->comm, task, comm);
 	bpf_ringbuf_submit(e, 0);
+}
+
+/* The exec hook renames a grant with two aligned 8-byte stores. */
+_Static_assert(__builtin_offsetof(struct grant, comm) % 8 == 0, "grant.comm is 8-byte aligned");
+_Static_assert(sizeof(((struct grant *)0)->comm) == 16, "grant.comm is two words");
+
+/* After a hook's change to `grants` (see `grants_gen`). */
+static __always_inline void grants_changed(void)
+{
+	__sync_fetch_and_add(&grants_gen, 1);
+}
+
+/* A task's command name, into a grant (direct BTF loads, no helper call). */
+static __always_inline void grant_comm(struct grant *g, struct task_struct *task)
+{
+	__builtin_memcpy(g->comm, task->comm, sizeof(g->comm));
 }
 
 /* A process's start time as /proc/<pid>/stat gives it (field 22). */
@@ -553,7 +577,10 @@ static __always_inline void drop_grant(__u32 tgid)
 	counted = old->flags & GPUCTL_GRANT_KERNEL;
 	uid = old->uid;
 	/* Only the one that removed it gives the count back. */
-	if (bpf_map_delete_elem(&grants, &tgid) == 0 && counted)
+	if (bpf_map_delete_elem(&grants, &tgid))
+		return;
+	grants_changed();
+	if (counted)
 		uncharge(uid);
 }
 
@@ -572,7 +599,8 @@ static __always_inline void put_grant(__u32 tgid, struct grant *g)
 	g->uid = uid;
 	if (old && (old->flags & GPUCTL_GRANT_KERNEL) && old->uid == uid) {
 		/* Counted already: the count carries over. */
-		bpf_map_update_elem(&grants, &tgid, g, BPF_EXIST);
+		if (bpf_map_update_elem(&grants, &tgid, g, BPF_EXIST) == 0)
+			grants_changed();
 		return;
 	}
 	if (!charge(uid))
@@ -582,7 +610,9 @@ static __always_inline void put_grant(__u32 tgid, struct grant *g)
 	if (bpf_map_update_elem(&grants, &tgid, g, BPF_NOEXIST)) {
 		uncharge(uid);
 		__sync_fetch_and_add(&grants_full, 1);
+		return;
 	}
+	grants_changed();
 }
 
 SEC("tp_btf/sched_process_fork")
@@ -601,6 +631,7 @@ int BPF_PROG(gpuctl_fork, struct task_struct *parent, struct task_struct *child)
 
 		copy.start = start_ticks(child);
 		copy.session = task_session(child);
+		grant_comm(&copy, child);
 		put_grant(ctgid, &copy);
 	}
 	return 0;
@@ -758,13 +789,29 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 		g.how = GPUCTL_GRANT_APP;
 		g.start = start_ticks(p);
 		g.session = task_session(p);
+		grant_comm(&g, p);
 		put_grant(tgid, &g);
 		return 0;
 	}
-	/* Already granted (inherited or `gpuctl run`): the grant survives exec. */
+	/*
+	 * Already granted (inherited or `gpuctl run`): the grant survives exec,
+	 * under the new name (exec set `comm` before this tracepoint). Two
+	 * 8-byte stores in place; a walk that runs meanwhile may copy half of
+	 * it, and the next one, after the generation moved, the whole.
+	 */
 	granted = bpf_map_lookup_elem(&grants, &tgid);
-	if (granted && granted->start == start_ticks(p))
+	if (granted && granted->start == start_ticks(p)) {
+		__u64 *now = (__u64 *)granted->comm;
+		__u64 name[2];
+
+		__builtin_memcpy(name, p->comm, sizeof(name));
+		if (now[0] != name[0] || now[1] != name[1]) {
+			now[0] = name[0];
+			now[1] = name[1];
+			grants_changed();
+		}
 		return 0;
+	}
 	if (!(smart_cfg & GPUCTL_SMART_ENV))
 		return 0;
 
@@ -777,6 +824,7 @@ int BPF_PROG(gpuctl_exec, struct task_struct *p, pid_t old_pid, struct linux_bin
 	g.how = GPUCTL_GRANT_ENV;
 	g.start = start_ticks(p);
 	g.session = task_session(p);
+	grant_comm(&g, p);
 	put_grant(tgid, &g);
 	if (log_level >= GPUCTL_LOG_DEBUG)
 		bpf_printk("gpuctl: env grant for %u", tgid);

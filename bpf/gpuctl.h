@@ -168,6 +168,13 @@ struct grant {
 	 * (GPUCTL_GRANT_KERNEL), and the owner `status` shows.
 	 */
 	__u32 uid;
+	/*
+	 * The holder's command name as of its last exec or fork (issue 21):
+	 * the hooks write it (the exec hook renames a granted process in
+	 * place), the daemon from /proc/<pid>/stat when it grants. `status`
+	 * names the grants it lists from here, with no /proc read per grant.
+	 */
+	char comm[16];
 };
 
 /*

@@ -59,6 +59,22 @@ const TARGETS: [&str; 4] = ["file", "null", "allowed", "blocked"];
 const AB_REPS: usize = 3;
 const STATS_LAUNCHES: u64 = 500;
 const STATS_REPS: usize = 5;
+/// Grants `status` lists at most (src/proto/data.rs `GRANTS_LISTED`).
+const GRANTS_LISTED: u64 = 64;
+
+/// What `status` cost in one state of the grant-map phase.
+struct StatusCost {
+    /// Median wall time of `gpuctl status --json`, and of `gpuctl get`
+    /// (the control) alternated with it.
+    wall: f64,
+    get: f64,
+    /// The daemon's CPU time per `status` (ns).
+    cpu: f64,
+    /// `status` requests timed.
+    runs: u64,
+    /// Runs of the grant map's walk meanwhile, and their ns (bpf_stats).
+    walks: (u64, u64),
+}
 
 /// Why the run stopped early on a signal (exit status 128 + N).
 #[derive(Debug)]
@@ -110,23 +126,47 @@ fn main() -> ExitCode {
 }
 
 /// `bench --fill N` (run under `gpuctl run` by the grant-map phase): forks N
-/// children that inherit the grant and wait, says `ready`, and when its
-/// stdin closes kills them (by pid) and exits.
+/// children that inherit the grant and wait, says `ready`; for each line on
+/// its stdin replaces its oldest child (kills and reaps it: the exit hook
+/// removes its grant; forks another: the fork hook copies the grant into
+/// the room that left) and says `ok`; when its stdin closes kills them (by
+/// pid) and exits. (The oldest: the last ones forked into a full map hold
+/// no grant, and replacing one of those would change nothing.)
 fn fill_grants(n: usize) -> ExitCode {
-    let mut kids = Vec::with_capacity(n);
-    for _ in 0..n {
+    use std::io::{BufRead, Write};
+    // A child that waits to be killed.
+    fn waiter() -> Option<i32> {
         // SAFETY: fork(2); the child only calls pause(2) and _exit(2).
         match unsafe { libc::fork() } {
             0 => loop {
                 // SAFETY: pause(2) has no preconditions.
                 unsafe { libc::pause() };
             },
-            pid if pid > 0 => kids.push(pid),
-            _ => break,
+            pid if pid > 0 => Some(pid),
+            _ => None,
+        }
+    }
+    let mut kids = Vec::with_capacity(n);
+    for _ in 0..n {
+        match waiter() {
+            Some(pid) => kids.push(pid),
+            None => break,
         }
     }
     println!("ready {}", kids.len());
-    let _ = io::stdin().read_to_end(&mut Vec::new());
+    for _ in io::stdin().lock().lines().map_while(Result::ok) {
+        if !kids.is_empty() {
+            let k = kids.remove(0);
+            // SAFETY: kill(2) and waitpid(2) on our own child.
+            unsafe {
+                libc::kill(k, libc::SIGKILL);
+                libc::waitpid(k, std::ptr::null_mut(), 0);
+            }
+        }
+        kids.extend(waiter());
+        println!("ok");
+        let _ = io::stdout().flush();
+    }
     for &k in &kids {
         // SAFETY: kill(2) and waitpid(2) on our own children.
         unsafe {
@@ -669,6 +709,15 @@ impl Bench {
         Ok(out)
     }
 
+    /// (run_cnt, run_time_ns) of program `id` (`None`: (0, 0)).
+    fn prog_run(&self, id: Option<u32>) -> Result<(u64, u64)> {
+        let Some(id) = id else { return Ok((0, 0)) };
+        Ok(self
+            .prog_stats()?
+            .get(&id)
+            .map_or((0, 0), |&(_, ns, cnt)| (cnt, ns)))
+    }
+
     /// Ids of the runtime-PM programs (attached in every mode; measured in f.).
     fn pm_prog_ids(&self) -> Result<BTreeSet<u32>> {
         let s = self.status()?;
@@ -888,6 +937,23 @@ struct Results {
     set_procs: Vec<(f64, f64)>,
     /// `status --json` with an empty and a full grant map, per round, per binary.
     grant_status: BTreeMap<String, Vec<(f64, f64)>>,
+    /// `status --json` with the empty map, and with the full one right after
+    /// a change to it (one granted process replaced), per round, per binary.
+    grant_changed: BTreeMap<String, Vec<(f64, f64)>>,
+    /// The daemon's CPU time per `status` (ns): with the empty map, with
+    /// [`GRANTS_LISTED`] grants, with the full map, and right after a
+    /// change to it, per round, per binary.
+    grant_cpu: BTreeMap<String, Vec<[f64; 4]>>,
+    /// Runs of the walk (`gpuctl_grant_list`), their ns, and the `status`
+    /// requests they served, summed over rounds, per binary, per state (as
+    /// `grant_cpu`).
+    grant_walks: BTreeMap<String, [(u64, u64, u64); 4]>,
+    /// `status --json` with [`GRANTS_LISTED`] grants (all listed) and with
+    /// the full map (the same ones listed), per round, per binary.
+    grant_listed: BTreeMap<String, Vec<(f64, f64)>>,
+    /// The kernel's verified instructions (fdinfo `verified_insns`) of the
+    /// fork/exec/exit programs, per (binary, program).
+    grant_insns: BTreeMap<(String, String), u64>,
     /// `get` (reads no grant) with an empty and a full map: the control.
     grant_get: BTreeMap<String, Vec<(f64, f64)>>,
     /// Grant entries when full, per binary.
@@ -1609,14 +1675,27 @@ impl Bench {
         let (this, bins) = self.measured_bins()?;
         let me = std::env::current_exe().context("the bench's own path")?;
         let fill_n = knob("BENCH_GRANTS", 8192)?;
-        // (status, get) medians, alternated in chunks of 5.
-        let status_t = |b: &mut Bench| -> Result<(f64, f64)> {
-            let (mut v, mut g) = (Vec::new(), Vec::new());
+        // (status, get) medians, alternated in chunks of 5, the daemon's
+        // CPU time per `status` (schedstat: what the request path costs it,
+        // whoever else wants the CPUs meanwhile), and the runs of the walk
+        // (`gpuctl_grant_list`, bpf_stats: count and ns) those made.
+        let status_t = |b: &mut Bench, walk: Option<u32>| -> Result<StatusCost> {
+            let (mut v, mut g, mut cpu) = (Vec::new(), Vec::new(), 0);
+            let w0 = b.prog_run(walk)?;
             for _ in 0..4 {
+                let c0 = b.daemon_cpu_ns()?;
                 v.push(b.ctl_time(5, &["status", "--json"])?.0);
+                cpu += b.daemon_cpu_ns()?.saturating_sub(c0);
                 g.push(b.ctl_time(5, &["get"])?.0);
             }
-            Ok((median(&v), median(&g)))
+            let w1 = b.prog_run(walk)?;
+            Ok(StatusCost {
+                wall: median(&v),
+                get: median(&g),
+                cpu: cpu as f64 / 20.0,
+                runs: 20,
+                walks: (w1.0 - w0.0, w1.1 - w0.1),
+            })
         };
         self.stats_on()?;
         for _ in 0..self.cfg.limit_rounds {
@@ -1627,6 +1706,20 @@ impl Bench {
                 self.sleep(Duration::from_millis(100))?;
                 let names = prog_names();
                 let ids = self.attached_progs()?;
+                for f in self.fdinfos()? {
+                    let num = |k: &str| f.get(k).and_then(|v| v.parse::<u64>().ok());
+                    let (Some(id), Some(insns)) = (num("prog_id"), num("verified_insns")) else {
+                        continue;
+                    };
+                    let id = id as u32;
+                    let ty = num("prog_type").unwrap_or(0) as u32;
+                    let name = prog_label(&names, id, ty);
+                    if ids.contains(&id)
+                        && ["fork", "exec", "exit"].iter().any(|h| name.contains(h))
+                    {
+                        r.grant_insns.insert((label.clone(), name), insns);
+                    }
+                }
                 for kind in ["plain", "granted"] {
                     let before = self.prog_stats()?;
                     if kind == "plain" {
@@ -1655,24 +1748,45 @@ impl Bench {
                             .push(rt.saturating_sub(rt0) as f64 / STATS_LAUNCHES as f64);
                     }
                 }
-                let empty = status_t(self)?;
-                let mut filler = Command::new(&self.bin)
-                    .arg("run")
-                    .arg("--")
-                    .arg(&me)
-                    .arg("--fill")
-                    .arg(fill_n.to_string())
-                    .stdin(Stdio::piped())
-                    .stdout(Stdio::piped())
-                    .spawn()
-                    .context("starting gpuctl run -- bench --fill")?;
-                let mut line = String::new();
-                if let Some(out) = filler.stdout.as_mut() {
-                    let mut one = [0u8; 1];
-                    while out.read(&mut one).unwrap_or(0) == 1 && one[0] != b'\n' {
-                        line.push(one[0] as char);
+                // The walk's program (loaded by now: the daemon loads the
+                // rest of the object after READY=1).
+                let walk = {
+                    let names = prog_names();
+                    self.prog_stats()?
+                        .into_keys()
+                        .find(|id| names.get(id).is_some_and(|n| n.contains("grant_list")))
+                };
+                let empty = status_t(self, walk)?;
+                // `gpuctl run -- bench --fill N`, once it said `ready`.
+                let fill = |b: &Bench, n: u64| -> Result<(Child, String)> {
+                    let mut filler = Command::new(&b.bin)
+                        .arg("run")
+                        .arg("--")
+                        .arg(&me)
+                        .arg("--fill")
+                        .arg(n.to_string())
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .context("starting gpuctl run -- bench --fill")?;
+                    let mut line = String::new();
+                    if let Some(out) = filler.stdout.as_mut() {
+                        let mut one = [0u8; 1];
+                        while out.read(&mut one).unwrap_or(0) == 1 && one[0] != b'\n' {
+                            line.push(one[0] as char);
+                        }
                     }
+                    Ok((filler, line))
+                };
+                // First as many grants as `status` lists (the `run` and its
+                // children: the lowest pids, so the same ones listed once
+                // the map is full), then the rest of the fill.
+                let (mut few, few_said) = fill(self, GRANTS_LISTED - 1)?;
+                if few_said != format!("ready {}", GRANTS_LISTED - 1) {
+                    self.broken(format!("bench --fill said {few_said:?}"));
                 }
+                let listed = status_t(self, walk);
+                let (mut filler, line) = fill(self, fill_n.saturating_sub(GRANTS_LISTED))?;
                 let s = self.status()?;
                 let shown = s["grants"].as_array().map_or(0, Vec::len) as u64;
                 let held = shown + s["grants_not_listed"].as_u64().unwrap_or(0);
@@ -1687,15 +1801,51 @@ impl Bench {
                     "{label}: {held} grants held, {} refused (map full), share {}",
                     s["grants_refused_map_full"], s["grant_share"]
                 ));
-                let full = status_t(self);
+                let full = status_t(self, walk);
+                // The first `status` after a change to the map (a granted
+                // process replaced: its exit and a fork), one at a time.
+                let changed = (|| -> Result<StatusCost> {
+                    let (mut v, mut cpu) = (Vec::new(), Vec::new());
+                    let w0 = self.prog_run(walk)?;
+                    for _ in 0..20 {
+                        let input = filler.stdin.as_mut().context("bench --fill's stdin")?;
+                        io::Write::write_all(input, b"c\n")
+                            .context("asking bench --fill for a change")?;
+                        let mut ok = String::new();
+                        if let Some(out) = filler.stdout.as_mut() {
+                            let mut one = [0u8; 1];
+                            while out.read(&mut one).unwrap_or(0) == 1 && one[0] != b'\n' {
+                                ok.push(one[0] as char);
+                            }
+                        }
+                        if ok != "ok" {
+                            bail!("bench --fill said {ok:?} to a change");
+                        }
+                        let c0 = self.daemon_cpu_ns()?;
+                        v.push(self.ctl_time(1, &["status", "--json"])?.0);
+                        cpu.push(self.daemon_cpu_ns()?.saturating_sub(c0) as f64);
+                    }
+                    let w1 = self.prog_run(walk)?;
+                    Ok(StatusCost {
+                        wall: median(&v),
+                        get: 0.0,
+                        cpu: median(&cpu),
+                        runs: 20,
+                        walks: (w1.0 - w0.0, w1.1 - w0.1),
+                    })
+                })();
                 drop(filler.stdin.take());
                 let _ = filler.wait();
+                drop(few.stdin.take());
+                let _ = few.wait();
                 let full = full?;
+                let changed = changed?;
+                let listed = listed?;
                 match line
                     .strip_prefix("ready ")
                     .and_then(|n| n.parse::<u64>().ok())
                 {
-                    Some(n) if n + 1 >= fill_n => {}
+                    Some(n) if n + GRANTS_LISTED >= fill_n => {}
                     Some(n) => progress(&format!(
                         "bench --fill forked {n} of {fill_n} (fork failed: a task limit?)"
                     )),
@@ -1704,11 +1854,31 @@ impl Bench {
                 r.grant_status
                     .entry(label.clone())
                     .or_default()
-                    .push((empty.0, full.0));
+                    .push((empty.wall, full.wall));
+                r.grant_changed
+                    .entry(label.clone())
+                    .or_default()
+                    .push((empty.wall, changed.wall));
+                r.grant_cpu.entry(label.clone()).or_default().push([
+                    empty.cpu,
+                    listed.cpu,
+                    full.cpu,
+                    changed.cpu,
+                ]);
+                let w = r.grant_walks.entry(label.clone()).or_default();
+                for (i, c) in [&empty, &listed, &full, &changed].into_iter().enumerate() {
+                    w[i].0 += c.walks.0;
+                    w[i].1 += c.walks.1;
+                    w[i].2 += c.runs;
+                }
+                r.grant_listed
+                    .entry(label.clone())
+                    .or_default()
+                    .push((listed.wall, full.wall));
                 r.grant_get
                     .entry(label.clone())
                     .or_default()
-                    .push((empty.1, full.1));
+                    .push((empty.get, full.get));
                 self.daemon_stop()?;
             }
         }
@@ -2457,6 +2627,82 @@ impl Results {
                 if m <= 1.5 { "ok" } else { "MISS" },
             );
         }
+        for (label, v) in &self.grant_listed {
+            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
+            let (m, lo, hi) = summ(&ratios);
+            let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
+            let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            tab.row(
+                format!(
+                    "gpuctl status --json, full grant map ÷ {GRANTS_LISTED} grants (the same \
+                     {GRANTS_LISTED} listed; {label})"
+                ),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
+                    fmt_ns(f),
+                    fmt_ns(e)
+                ),
+                "about ×1",
+                if m <= 1.5 { "ok" } else { "MISS" },
+            );
+        }
+        for (label, v) in &self.grant_cpu {
+            let col = |i: usize| median(&v.iter().map(|x| x[i]).collect::<Vec<_>>());
+            let ratios: Vec<f64> = v.iter().map(|x| x[2] / x[0]).collect();
+            let (m, lo, hi) = summ(&ratios);
+            tab.row(
+                format!(
+                    "daemon CPU per status: full map ÷ empty ({label}; empty / {GRANTS_LISTED} \
+                     grants / full / full after a change)"
+                ),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} / {} / {} / {})",
+                    fmt_ns(col(0)),
+                    fmt_ns(col(1)),
+                    fmt_ns(col(2)),
+                    fmt_ns(col(3))
+                ),
+                "about ×1",
+                if m <= 1.5 { "ok" } else { "MISS" },
+            );
+        }
+        for (label, w) in &self.grant_walks {
+            let cell = |(n, ns, reqs): (u64, u64, u64)| {
+                let per = if n > 0 {
+                    fmt_ns(ns as f64 / n as f64)
+                } else {
+                    "—".into()
+                };
+                format!("{n}/{reqs} ({per})")
+            };
+            tab.row(
+                format!(
+                    "walks of the grant map per status (ns each; {label}; empty / \
+                     {GRANTS_LISTED} grants / full / full after a change)"
+                ),
+                w.iter().map(|c| cell(*c)).collect::<Vec<_>>().join(" / "),
+                "—",
+                "info",
+            );
+        }
+        for (label, v) in &self.grant_changed {
+            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
+            let (m, lo, hi) = summ(&ratios);
+            let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
+            let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            tab.row(
+                format!(
+                    "gpuctl status --json, full grant map, first after a change ÷ empty ({label})"
+                ),
+                format!(
+                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
+                    fmt_ns(f),
+                    fmt_ns(e)
+                ),
+                "—",
+                "info (the walk: issue 21)",
+            );
+        }
         for (label, v) in &self.grant_get {
             let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
             let (m, lo, hi) = summ(&ratios);
@@ -2471,6 +2717,14 @@ impl Results {
             tab.row(
                 format!("{name} per {kind} launch, smart ({label})"),
                 format!("{} (median of {})", fmt_ns(median(v)), v.len()),
+                "—",
+                "info",
+            );
+        }
+        for ((label, name), n) in &self.grant_insns {
+            tab.row(
+                format!("{name} verified instructions ({label})"),
+                n.to_string(),
                 "—",
                 "info",
             );

@@ -255,10 +255,11 @@ impl GrantHow {
     }
 }
 
-/// `struct grant` (its key, the pid, is a plain `u32`).
+/// `struct grant` (its key, the pid, is a plain `u32`). A name longer than
+/// the kernel's 15 bytes is cut there, as the kernel cuts `comm`.
 impl From<&Grant> for g::grant {
     fn from(gr: &Grant) -> Self {
-        g::grant {
+        let mut v = g::grant {
             gpus: gr.gpus,
             how: gr.how.raw(),
             flags: if gr.only { GRANT_ONLY } else { 0 }
@@ -267,7 +268,10 @@ impl From<&Grant> for g::grant {
             // Filled in by `Enforcer::grant` from /proc/<pid>/sessionid.
             session: NO_SESSION,
             uid: gr.uid,
-        }
+            ..Default::default()
+        };
+        put_cstr(&mut v.comm, &gr.comm);
+        v
     }
 }
 
@@ -281,6 +285,7 @@ pub fn grant(pid: u32, v: &g::grant) -> Grant {
         start: v.start,
         uid: v.uid,
         inherited: v.flags & GRANT_KERNEL != 0,
+        comm: cstr(&v.comm),
     }
 }
 
@@ -534,11 +539,28 @@ mod tests {
                 start: 123_456,
                 uid: 1000,
                 inherited,
+                comm: "game".into(),
             };
             let v = g::grant::from(&gr);
             let back = read::<g::grant>(bytes(&v)).unwrap();
             assert_eq!(grant(7, &back), gr);
         }
+        // The kernel's names are at most 15 bytes and a NUL; a longer one
+        // is cut as the kernel cuts it, a full one (no NUL) read whole.
+        let long = Grant {
+            pid: 7,
+            gpus: 1,
+            how: GrantHow::Run,
+            only: false,
+            start: 1,
+            uid: 0,
+            inherited: false,
+            comm: "0123456789abcdefgh".into(),
+        };
+        assert_eq!(grant(7, &g::grant::from(&long)).comm, "0123456789abcde");
+        let mut full = g::grant::from(&long);
+        full.comm[15] = b'f' as i8;
+        assert_eq!(grant(7, &full).comm, "0123456789abcdef");
         let v = g::grant {
             how: 9,
             ..Default::default()

@@ -36,8 +36,8 @@ pub struct Peer {
 
 /// The command name of `pid` (`/proc/<pid>/comm`), `None` if it is gone.
 /// One open, one read, one close (a name is at most 16 bytes): on every
-/// connection and for each grant `status` lists, so no size probe and no
-/// read to EOF as `read_to_string` does.
+/// connection, so no size probe and no read to EOF as `read_to_string`
+/// does. (`status` names grants from the grants themselves: issue 21.)
 pub fn comm_of(pid: u32) -> Option<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(format!("/proc/{pid}/comm")).ok()?;

@@ -13,8 +13,10 @@
 //!   last thread exits, so the map holds live processes' grants. Nothing on
 //!   a request's path reads `/proc` per grant (issue 21): the kernel walks
 //!   the map for `status` and hands back only the grants it lists (the
-//!   lowest pids the caller may see) and the counts; `status` names
-//!   (`comm`) only those.
+//!   lowest pids the caller may see) and the counts, each grant with its
+//!   holder's name (`comm`, as of its last exec or fork: the hooks write it,
+//!   the daemon from `/proc/<pid>/stat` when it grants); and only when the
+//!   map changed since the last walk ([`Enforcer::grant_list`]).
 //! - **Sweep**: an entry the daemon made (`run`, a restore) whose process
 //!   exited before it was written is left behind; such entries are removed
 //!   when a `run` finds the map full or its uid at its cap (at most once a
@@ -51,21 +53,28 @@ pub const PER_UID_RUN_GRANTS: usize = 256;
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Facts of a live process from `/proc/<pid>/stat` and its owner.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ProcInfo {
     pub ppid: u32,
     /// Clock ticks since boot.
     pub start: u64,
     pub uid: u32,
+    /// Its command name (the kernel's `comm`): stored in its grant, so
+    /// `status` names grants without reading `/proc` (issue 21).
+    pub comm: String,
 }
 
-/// Parses `/proc/<pid>/stat`: `pid (comm) state ppid … starttime(22) …`.
-/// The comm can hold spaces and parentheses: fields count from the last ')'.
-pub fn parse_stat(stat: &str) -> Option<(u32, u64)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
+/// Parses `/proc/<pid>/stat`: `pid (comm) state ppid … starttime(22) …`,
+/// into (ppid, start time, comm). The comm can hold spaces and
+/// parentheses: it runs from the first '(' to the last ')', and the fields
+/// count from there.
+pub fn parse_stat(stat: &str) -> Option<(u32, u64, &str)> {
+    let close = stat.rfind(')')?;
+    let comm = stat.get(stat.find('(')? + 1..close)?;
+    let rest = &stat[close + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // rest starts at field 3 (state): field N is f[N - 3].
-    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?))
+    Some((f.get(1)?.parse().ok()?, f.get(19)?.parse().ok()?, comm))
 }
 
 /// The process `pid` as `/proc` shows it now (`None`: no such process).
@@ -73,9 +82,15 @@ pub fn proc_info(pid: u32) -> Option<ProcInfo> {
     use std::os::unix::fs::MetadataExt;
     let dir = Path::new("/proc").join(pid.to_string());
     let stat = safefile::read_capped(&dir.join("stat"), 4096).ok()?;
-    let (ppid, start) = parse_stat(&String::from_utf8_lossy(&stat))?;
+    let stat = String::from_utf8_lossy(&stat);
+    let (ppid, start, comm) = parse_stat(&stat)?;
     let uid = std::fs::metadata(&dir).ok()?.uid();
-    Some(ProcInfo { ppid, start, uid })
+    Some(ProcInfo {
+        ppid,
+        start,
+        uid,
+        comm: comm.to_string(),
+    })
 }
 
 /// The kernel's boot id (grants saved under another boot mean nothing).
@@ -128,6 +143,7 @@ pub fn restorable(
             let g = Grant {
                 uid: p.uid,
                 inherited: false,
+                comm: p.comm.clone(),
                 ..g.clone()
             };
             Some((g.pid, g))
@@ -170,7 +186,9 @@ pub fn restorable(
         // Then down the chain, as fork and exec did it.
         let mut g = inherited;
         for &c in chain.iter().rev() {
-            let (start, uid) = procs.get(&c).map_or((0, 0), |p| (p.start, p.uid));
+            let (start, uid, comm) = procs
+                .get(&c)
+                .map_or((0, 0, ""), |p| (p.start, p.uid, p.comm.as_str()));
             g = match exe_rule(c) {
                 Some((false, _)) => None,
                 Some((true, gpus)) => Some(Grant {
@@ -181,11 +199,13 @@ pub fn restorable(
                     start,
                     uid,
                     inherited: false,
+                    comm: comm.to_string(),
                 }),
                 None => g.map(|g| Grant {
                     pid: c,
                     start,
                     uid,
+                    comm: comm.to_string(),
                     ..g
                 }),
             };
@@ -232,7 +252,7 @@ impl Grants {
     /// Removes the entries the daemon made whose process is gone or whose
     /// pid now belongs to another process (one `/proc` read each; the
     /// kernel's own entries are not looked at: its exit hook removes them).
-    fn sweep(&mut self, enforcer: &Enforcer) {
+    fn sweep(&mut self, enforcer: &mut Enforcer) {
         self.last_sweep = Some(Instant::now());
         for g in enforcer.grants().into_iter().filter(|g| !g.inherited) {
             if proc_info(g.pid).is_none_or(|p| p.start != g.start) {
@@ -244,7 +264,7 @@ impl Grants {
     }
 
     /// A sweep, unless one ran less than [`SWEEP_EVERY`] ago.
-    fn sweep_if_due(&mut self, enforcer: &Enforcer) {
+    fn sweep_if_due(&mut self, enforcer: &mut Enforcer) {
         if self.last_sweep.is_none_or(|t| t.elapsed() >= SWEEP_EVERY) {
             self.sweep(enforcer);
         }
@@ -273,7 +293,8 @@ impl Grants {
             return Err(gone());
         };
         // Read while the pidfd shows the process alive: the pid is still
-        // its, so the start time read is its.
+        // its, so the start time read is its (and its name, which the
+        // grant keeps for `status`: read once here, never per request).
         let info = proc_info(pid);
         let Some(info) = info.filter(|_| auth::alive(pidfd)) else {
             return Err(gone());
@@ -287,6 +308,7 @@ impl Grants {
             start: info.start,
             uid: peer.uid,
             inherited: false,
+            comm: info.comm,
         };
         let mut stored = enforcer.grant(&g)?;
         if !stored {
@@ -460,9 +482,10 @@ impl Grants {
     /// Grants as `status` shows them: everything to root and the group; a
     /// plain user sees their own processes and the number of the others.
     /// At most [`GRANTS_LISTED`] are listed (the lowest pids; the third
-    /// value counts the rest), and only those are named from `/proc`. The
-    /// kernel picks them in a walk of the map ([`Enforcer::grant_list`]):
-    /// a full map costs that walk, not a copy of every entry (issue 21).
+    /// value counts the rest), named as their grants say (the name as of
+    /// the holder's last exec or fork: nothing is read from `/proc`). The
+    /// kernel picks them in a walk of the map ([`Enforcer::grant_list`]),
+    /// only when the map changed since the last one (issue 21).
     pub fn view(&mut self, enforcer: &mut Enforcer, viewer: Viewer) -> (Vec<GrantView>, u64, u64) {
         let (shown, seen, total) = match enforcer.grant_list(viewer.0) {
             Ok(l) => (l.listed, l.seen, l.total),
@@ -476,8 +499,7 @@ impl Grants {
         let views = shown
             .into_iter()
             .map(|g| GrantView {
-                // The command name is read only for the grants listed.
-                comm: auth::comm_of(g.pid),
+                comm: Some(g.comm).filter(|c| !c.is_empty()),
                 pid: g.pid,
                 uid: Some(g.uid),
                 how: Some(g.how),
@@ -563,10 +585,17 @@ mod tests {
     #[test]
     fn parses_stat_with_hostile_comm() {
         let s = "4242 (a) b) (c) S 1 4242 4242 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 98765 1 2\n";
-        assert_eq!(parse_stat(s), Some((1, 98765)));
+        assert_eq!(parse_stat(s), Some((1, 98765, "a) b) (c")));
         assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 )x( S 0"), None);
         let me = std::fs::read_to_string("/proc/self/stat").unwrap();
-        let (ppid, _) = parse_stat(&me).unwrap();
+        let (ppid, _, comm) = parse_stat(&me).unwrap();
+        assert_eq!(
+            comm,
+            std::fs::read_to_string("/proc/self/comm")
+                .unwrap()
+                .trim_end()
+        );
         // SAFETY: getppid has no preconditions.
         assert_eq!(ppid as i32, unsafe { libc::getppid() });
     }
@@ -580,6 +609,7 @@ mod tests {
             start,
             uid: 0,
             inherited: false,
+            comm: "saved".into(),
         }
     }
 
@@ -588,6 +618,7 @@ mod tests {
             ppid,
             start,
             uid: 1000,
+            comm: format!("p{start}"),
         }
     }
 
@@ -609,8 +640,11 @@ mod tests {
         assert_eq!(got, vec![(100, 50), (101, 150), (102, 160)]);
         assert!(r.iter().all(|x| x.gpus == 2 && x.how == GrantHow::Run));
         // Owned by the live process's uid, and the daemon's (not counted in
-        // a kernel share), whatever the saved file said.
+        // a kernel share), whatever the saved file said; named as the
+        // process is named now (what `status` shows from the grant).
         assert!(r.iter().all(|x| x.uid == 1000 && !x.inherited));
+        let names: Vec<&str> = r.iter().map(|g| g.comm.as_str()).collect();
+        assert_eq!(names, ["p50", "p150", "p160"]);
     }
 
     #[test]

@@ -507,7 +507,8 @@ pub struct AutoRules {
 #[serde(default)]
 pub struct GrantView {
     pub pid: u32,
-    /// `null` when `/proc/<pid>/comm` could not be read.
+    /// The command name as of the process's last exec or fork (kept in its
+    /// grant; a later rename is not seen); `null` when none was recorded.
     pub comm: Option<String>,
     /// `null` when the process is gone.
     pub uid: Option<u32>,

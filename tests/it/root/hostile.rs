@@ -1098,7 +1098,11 @@ fn the_socket_path_appears_only_when_it_listens() {
 
 /// A daemon of `env` run under `strace -f -e FILTER -o TRACE` (the
 /// daemon's stderr in daemon.log); strace exits with it.
-fn traced_daemon(env: &Env, trace: &std::path::Path, filter: &str) -> std::process::Child {
+pub(super) fn traced_daemon(
+    env: &Env,
+    trace: &std::path::Path,
+    filter: &str,
+) -> std::process::Child {
     // `filter` may hold several `-e` expressions, separated by spaces.
     let mut args = vec!["-f", "-qq", "-s", "256"];
     for f in filter.split(' ') {
@@ -1124,7 +1128,7 @@ fn traced_daemon(env: &Env, trace: &std::path::Path, filter: &str) -> std::proce
 
 /// Stops a [`traced_daemon`] through `s`, a connection to it (its pid from
 /// `ping`; strace exits with it), and returns the trace.
-fn stop_traced(
+pub(super) fn stop_traced(
     mut s: UnixStream,
     daemon: &mut std::process::Child,
     trace: &std::path::Path,
