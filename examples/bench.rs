@@ -223,6 +223,21 @@ fn summ(v: &[f64]) -> (f64, f64, f64) {
     }
 }
 
+/// Rounds of (before, after) times: the median of the rounds' after ÷ before, and the cell
+/// that shows it with the rounds' spread and the two medians.
+fn before_after(v: &[(f64, f64)]) -> (f64, String) {
+    let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
+    let (m, lo, hi) = summ(&ratios);
+    let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
+    let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+    let cell = format!(
+        "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
+        fmt_ns(f),
+        fmt_ns(e)
+    );
+    (m, cell)
+}
+
 fn min(v: &[f64]) -> f64 {
     summ(v).1
 }
@@ -2589,20 +2604,13 @@ impl Results {
             );
         }
         if !self.set_procs.is_empty() {
-            let ratios: Vec<f64> = self.set_procs.iter().map(|(e, f)| f / e).collect();
-            let (m, lo, hi) = summ(&ratios);
-            let e = median(&self.set_procs.iter().map(|x| x.0).collect::<Vec<_>>());
-            let f = median(&self.set_procs.iter().map(|x| x.1).collect::<Vec<_>>());
+            let (_, cell) = before_after(&self.set_procs);
             tab.row(
                 format!(
                     "gpuctl set integrated, {} extra processes ÷ none",
                     cfg.procs
                 ),
-                format!(
-                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
-                    fmt_ns(f),
-                    fmt_ns(e)
-                ),
+                cell,
                 "—",
                 "info (holder scan: issue 18)",
             );
@@ -2611,37 +2619,23 @@ impl Results {
 
     fn grant_rows(&self, tab: &mut Table) {
         for (label, v) in &self.grant_status {
-            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
-            let (m, lo, hi) = summ(&ratios);
-            let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
-            let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            let (m, cell) = before_after(v);
             let n = self.grant_fill.get(label).copied().unwrap_or(0);
             tab.row(
                 format!("gpuctl status --json, full grant map ({n} grants) ÷ empty ({label})"),
-                format!(
-                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
-                    fmt_ns(f),
-                    fmt_ns(e)
-                ),
+                cell,
                 "about ×1",
                 if m <= 1.5 { "ok" } else { "MISS" },
             );
         }
         for (label, v) in &self.grant_listed {
-            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
-            let (m, lo, hi) = summ(&ratios);
-            let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
-            let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            let (m, cell) = before_after(v);
             tab.row(
                 format!(
                     "gpuctl status --json, full grant map ÷ {GRANTS_LISTED} grants (the same \
                      {GRANTS_LISTED} listed; {label})"
                 ),
-                format!(
-                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
-                    fmt_ns(f),
-                    fmt_ns(e)
-                ),
+                cell,
                 "about ×1",
                 if m <= 1.5 { "ok" } else { "MISS" },
             );
@@ -2686,19 +2680,12 @@ impl Results {
             );
         }
         for (label, v) in &self.grant_changed {
-            let ratios: Vec<f64> = v.iter().map(|(e, f)| f / e).collect();
-            let (m, lo, hi) = summ(&ratios);
-            let e = median(&v.iter().map(|x| x.0).collect::<Vec<_>>());
-            let f = median(&v.iter().map(|x| x.1).collect::<Vec<_>>());
+            let (_, cell) = before_after(v);
             tab.row(
                 format!(
                     "gpuctl status --json, full grant map, first after a change ÷ empty ({label})"
                 ),
-                format!(
-                    "×{m:.2} (rounds ×{lo:.2}–×{hi:.2}; {} vs {})",
-                    fmt_ns(f),
-                    fmt_ns(e)
-                ),
+                cell,
                 "—",
                 "info (the walk: issue 21)",
             );
