@@ -96,6 +96,20 @@ pub fn read_from(mut f: File, cap: u64) -> Result<Vec<u8>, ReadError> {
     Ok(buf)
 }
 
+/// The largest attribute [`read_attr`] reads: a sysfs `show` fills one page.
+pub const ATTR_MAX: u64 = 4096;
+
+/// Reads a small sysfs or procfs attribute, trimmed: a regular file, opened
+/// without blocking (and, with `nofollow`, without following a final
+/// symlink), at most [`ATTR_MAX`] bytes. `None` when it is absent,
+/// unreadable, not a regular file or longer: every caller treats an
+/// attribute it cannot read as not there. The one reader of attributes
+/// (discovery, runtime PM, the power source, the power-off).
+pub fn read_attr(path: &Path, nofollow: bool) -> Option<String> {
+    let b = read_from(open_regular(path, nofollow).ok()?, ATTR_MAX).ok()?;
+    Some(String::from_utf8_lossy(&b).trim().to_string())
+}
+
 /// Reads a regular file (following symlinks) of at most `cap` bytes.
 pub fn read_capped(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
     read_from(open_regular(path, false)?, cap)
@@ -230,6 +244,39 @@ mod tests {
         ));
         assert_eq!(read_capped(&big, 11).unwrap().len(), 11);
         assert!(matches!(read_own(&d.join("none")), Err(ReadError::Missing)));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn attributes_are_trimmed_small_regular_files() {
+        let d = tmpdir("attr");
+        let a = d.join("power_state");
+        std::fs::write(&a, "D3cold\n").unwrap();
+        assert_eq!(read_attr(&a, true).as_deref(), Some("D3cold"));
+        let link = d.join("link");
+        std::os::unix::fs::symlink(&a, &link).unwrap();
+        assert_eq!(read_attr(&link, false).as_deref(), Some("D3cold"));
+        assert_eq!(read_attr(&link, true), None, "nofollow");
+        let page = d.join("page");
+        std::fs::write(&page, vec![b'1'; ATTR_MAX as usize]).unwrap();
+        assert_eq!(read_attr(&page, false).map(|s| s.len()), Some(4096));
+        std::fs::write(&page, vec![b'1'; ATTR_MAX as usize + 1]).unwrap();
+        assert_eq!(read_attr(&page, false), None, "longer than a page");
+        let fifo = d.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // A FIFO planted as an attribute (no writer): answered at once.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || tx.send(read_attr(&f, false)).unwrap());
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        // Unblock a reader stuck in open(2) (before: read_to_string), so the test ends.
+        if got.is_err() {
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+        }
+        assert_eq!(got, Ok(None), "a FIFO is no attribute, and must not hang");
+        assert_eq!(read_attr(&d.join("none"), false), None);
         std::fs::remove_dir_all(&d).unwrap();
     }
 

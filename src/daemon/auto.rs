@@ -22,7 +22,7 @@
 //!   add it: Mutter and KWin hot-add a DRM device on `add`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -46,8 +46,6 @@ pub const QUIET: Duration = Duration::from_millis(600);
 /// A decision is made at most this long after the first event of a burst,
 /// even if the connector keeps flapping (then from the state at that time).
 pub const MAX_WAIT: Duration = Duration::from_millis(3000);
-/// Sysfs attributes read here are a few bytes; more is not a power supply.
-const MAX_ATTR: u64 = 256;
 
 #[derive(Default, Serialize, Deserialize)]
 struct AutoFile {
@@ -256,19 +254,6 @@ fn arm_clock(fd: &OwnedFd) -> Result<()> {
     Ok(())
 }
 
-/// Reads a small sysfs attribute without following a final symlink and
-/// without blocking; `None` when absent or unreadable.
-fn read_small(path: &Path) -> Option<String> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)
-        .ok()?;
-    let mut s = String::new();
-    f.take(MAX_ATTR).read_to_string(&mut s).ok()?;
-    Some(s.trim().to_string())
-}
-
 /// The power source from `class/power_supply`: any `Mains` or `USB`
 /// supply online → AC; else a system battery (not a device's, such as a
 /// mouse's: `scope` = `Device`) → battery; no battery at all → AC (a
@@ -283,11 +268,15 @@ pub fn read_power(sysfs: &Path) -> Power {
     let mut battery = false;
     for e in entries.flatten().take(256) {
         let p = e.path();
-        match read_small(&p.join("type")).as_deref() {
-            Some("Mains" | "USB") if read_small(&p.join("online")).as_deref() == Some("1") => {
+        match safefile::read_attr(&p.join("type"), true).as_deref() {
+            Some("Mains" | "USB")
+                if safefile::read_attr(&p.join("online"), true).as_deref() == Some("1") =>
+            {
                 return Power::Ac;
             }
-            Some("Battery") if read_small(&p.join("scope")).as_deref() != Some("Device") => {
+            Some("Battery")
+                if safefile::read_attr(&p.join("scope"), true).as_deref() != Some("Device") =>
+            {
                 battery = true;
             }
             _ => {}

@@ -72,16 +72,12 @@ pub fn residency_since(base: Counters, now: Counters) -> (Residency, bool) {
     )
 }
 
-/// Reads a small sysfs attribute: not following a symlink, never blocking,
-/// regular files only, 4 KiB at most (`safefile`).
-fn read_small(path: &Path) -> Option<String> {
-    let f = crate::safefile::open_regular(path, true).ok()?;
-    let b = crate::safefile::read_from(f, 4096).ok()?;
-    Some(String::from_utf8_lossy(&b).trim().to_string())
-}
-
 pub fn read_counters(dev_dir: &Path) -> Option<Counters> {
-    let n = |f: &str| read_small(&dev_dir.join(f))?.parse::<u64>().ok();
+    let n = |f: &str| {
+        crate::safefile::read_attr(&dev_dir.join(f), true)?
+            .parse::<u64>()
+            .ok()
+    };
     Some(Counters {
         suspended_ms: n("power/runtime_suspended_time")?,
         active_ms: n("power/runtime_active_time")?,
@@ -220,7 +216,8 @@ fn to_unix(mono_ns: u64) -> f64 {
 /// its slot, and the PCI bridge above it.
 fn watch_set(sysfs: &Path, gpu_id: u32, pci: PciAddr) -> Vec<Watch> {
     let devices = sysfs.join("bus/pci/devices");
-    let status = |a: &str| read_small(&devices.join(a).join("power/runtime_status"));
+    let status =
+        |a: &str| crate::safefile::read_attr(&devices.join(a).join("power/runtime_status"), true);
     let mut out = vec![Watch {
         dev: pci.to_string(),
         gpu: gpu_id,
@@ -372,8 +369,8 @@ impl Power {
         let mut out = Vec::new();
         let state = |dir: &Path| {
             (
-                read_small(&dir.join("power_state")),
-                read_small(&dir.join("power/runtime_status")),
+                crate::safefile::read_attr(&dir.join("power_state"), true),
+                crate::safefile::read_attr(&dir.join("power/runtime_status"), true),
             )
         };
         if e.status == RPM_ACTIVE && was == Some(RPM_SUSPENDED) {

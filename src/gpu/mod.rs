@@ -506,11 +506,11 @@ pub fn test_gpu(id: u32, pci: &str, vendor_id: &str, default: bool) -> Gpu {
     }
 }
 
-/// Reads a small sysfs attribute, trimmed; `None` when absent or unreadable.
+/// Reads a small sysfs attribute, trimmed; `None` when absent or unreadable
+/// ([`crate::safefile::read_attr`], following symlinks as the kernfs
+/// layouts of fixtures may).
 pub(crate) fn read_attr(path: &Path) -> Option<String> {
-    std::fs::read_to_string(path)
-        .ok()
-        .map(|s| s.trim().to_string())
+    crate::safefile::read_attr(path, false)
 }
 
 /// The device numbers that keep a GPU awake while held open: its own nodes
@@ -528,6 +528,30 @@ pub fn node_owners(inv: &Inventory) -> BTreeMap<DevNum, u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Discovery runs in the daemon's loop: a FIFO where an attribute should
+    /// be (a fixture, a hostile tree under `--sysfs-root`) is no attribute,
+    /// and never hangs it (it blocked in open(2) with `read_to_string`).
+    #[test]
+    fn an_attribute_that_is_a_fifo_is_absent_at_once() {
+        let d = std::env::temp_dir().join(format!("gpuctl-attr-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let fifo = d.join("power_state");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = fifo.clone();
+        std::thread::spawn(move || tx.send(read_attr(&f)).unwrap());
+        let got = rx.recv_timeout(std::time::Duration::from_secs(5));
+        if got.is_err() {
+            // Let the stuck reader go, so the test process can end.
+            let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+        }
+        assert_eq!(got, Ok(None));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     #[test]
     fn devnum_round_trip() {
